@@ -1,0 +1,55 @@
+"""Build the SparkSession a pipeline runs in: Delta Lake enabled, Kafka source on the classpath.
+
+Inside ``spark-submit`` the session already exists (with ``--packages`` or ``--jars`` supplying
+the connectors) and is reused as is. Started from plain Python (``bin/scg run``, tests), the
+session is created with the jars bin/bootstrap resolved, so no network is needed at run time.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pipelines.paths import conf_dir, jar_files
+
+DELTA_SETTINGS = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+LOCAL_DEFAULTS = {
+    "spark.master": "local[*]",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.streaming.stopTimeout": "60s",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.driver.memory": "2g",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+}
+
+
+def get_or_create_spark(app_name: str, settings: Mapping[str, str] | None = None):
+    """Return the active SparkSession, or create one with Delta and the Kafka connector.
+
+    ``settings`` (from the pipeline YAML) override the local defaults but never the Delta
+    extension settings. Thread safe as far as SparkSession.builder is.
+    """
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = SparkSession.builder.appName(app_name)
+    merged = {**LOCAL_DEFAULTS, **(settings or {}), **DELTA_SETTINGS}
+    if not _running_under_spark_submit():
+        merged["spark.jars"] = ",".join(str(j) for j in jar_files("spark"))
+        log4j = conf_dir() / "spark-log4j2.properties"
+        merged.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log4j}")
+    for key, value in merged.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _running_under_spark_submit() -> bool:
+    return "PYSPARK_GATEWAY_PORT" in os.environ or "SPARK_SUBMIT" in os.environ.get("_", "")
