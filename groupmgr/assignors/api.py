@@ -1,0 +1,170 @@
+"""Public assignor plug-in API (mirrors Kafka's ``ConsumerPartitionAssignor``).
+
+A plug-in subclasses :class:`PartitionAssignor`, sets ``name`` (the protocol
+name sent in JoinGroup) and implements :meth:`PartitionAssignor.assign`, a pure
+function from partition counts and member subscriptions to an assignment.
+
+Member order is defined once, by :class:`MemberInfo`, exactly like Kafka's
+``AbstractPartitionAssignor.MemberInfo.compareTo``: static members (with a
+``group_instance_id``) first, ordered by instance id, then dynamic members
+ordered by member id. Strings compare like ``java.lang.String.compareTo``
+(UTF-16 code units), so results equal Kafka's even for non-BMP characters.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, NamedTuple, Sequence
+
+
+class TopicPartition(NamedTuple):
+    """One partition of one topic; sorts by (topic, partition)."""
+
+    topic: str
+    partition: int
+
+
+Assignment = dict[str, list[TopicPartition]]
+
+_new_tp = functools.partial(tuple.__new__, TopicPartition)
+
+
+def topic_partitions(topic: str, count: int) -> list[TopicPartition]:
+    """``[TopicPartition(topic, 0), ..., TopicPartition(topic, count - 1)]`` (empty if count <= 0)."""
+    return list(map(_new_tp, zip([topic] * max(count, 0), range(count))))
+
+
+def java_string_key(text: str) -> bytes:
+    """Sort key that orders strings like Java's ``String.compareTo`` (UTF-16 code units).
+
+    Python compares code points; Java compares UTF-16 units, which differs only
+    when characters beyond U+FFFF meet characters in U+E000..U+FFFF.
+    """
+    return text.encode("utf-16-be", "surrogatepass")
+
+
+def _as_str_tuple(value: Iterable[str], what: str) -> tuple[str, ...]:
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{what} must be a collection of strings, not a single {type(value).__name__}")
+    items = tuple(value)
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"{what} must contain strings, got {item!r}")
+    return items
+
+
+def _as_partitions(value: Iterable[Sequence]) -> tuple[TopicPartition, ...]:
+    out = []
+    for item in value:
+        topic, partition = item
+        if not isinstance(topic, str) or isinstance(partition, bool) or not isinstance(partition, int):
+            raise TypeError(f"owned partition must be (str, int), got {item!r}")
+        out.append(TopicPartition(topic, partition))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """What one member sent in JoinGroup (Kafka ``ConsumerPartitionAssignor.Subscription``).
+
+    ``topics`` and ``owned_partitions`` are stored as tuples; ``generation_id``
+    is the generation the owned partitions were assigned in (-1: unknown).
+    """
+
+    topics: tuple[str, ...]
+    user_data: bytes | None = None
+    owned_partitions: tuple[TopicPartition, ...] = ()
+    group_instance_id: str | None = None
+    rack_id: str | None = None
+    generation_id: int = -1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "topics", _as_str_tuple(self.topics, "topics"))
+        object.__setattr__(self, "owned_partitions", _as_partitions(self.owned_partitions))
+        if self.group_instance_id is not None and not isinstance(self.group_instance_id, str):
+            raise TypeError(f"group_instance_id must be str or None, got {self.group_instance_id!r}")
+        if isinstance(self.generation_id, bool) or not isinstance(self.generation_id, int):
+            raise TypeError(f"generation_id must be int, got {self.generation_id!r}")
+
+
+@functools.total_ordering
+@dataclass(frozen=True, eq=False)
+class MemberInfo:
+    """A member's identity with Kafka's ``MemberInfo.compareTo`` order.
+
+    Static members (``group_instance_id`` set) sort before dynamic ones; two
+    static members compare by instance id, two dynamic ones by member id.
+    Kafka returns 0 for two static members with the same instance id (the
+    broker never lets that happen); here the member id breaks that tie so the
+    order is total and deterministic.
+    """
+
+    member_id: str
+    group_instance_id: str | None = None
+    _key: tuple = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        member = java_string_key(self.member_id)
+        if self.group_instance_id is None:
+            key = (1, b"", member)
+        else:
+            key = (0, java_string_key(self.group_instance_id), member)
+        object.__setattr__(self, "_key", key)
+
+    @classmethod
+    def of(cls, member_id: str, subscription: Subscription) -> "MemberInfo":
+        """The MemberInfo of ``member_id`` with ``subscription``'s instance id."""
+        return cls(member_id, subscription.group_instance_id)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MemberInfo):
+            return NotImplemented
+        return self._key == other._key
+
+    def __lt__(self, other: "MemberInfo") -> bool:
+        if not isinstance(other, MemberInfo):
+            return NotImplemented
+        return self._key < other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+
+def sorted_member_ids(subscriptions: Mapping[str, Subscription], member_ids: Iterable[str] | None = None) -> list[str]:
+    """Member ids in :class:`MemberInfo` order (all of ``subscriptions`` unless ``member_ids`` given)."""
+    ids = subscriptions.keys() if member_ids is None else member_ids
+    infos = sorted(MemberInfo.of(m, subscriptions[m]) for m in ids)
+    return [info.member_id for info in infos]
+
+
+class PartitionAssignor(abc.ABC):
+    """Abstract client-side partition assignor, run by the group leader.
+
+    Contract of :meth:`assign`: pure (no I/O), deterministic, independent of
+    the iteration order of its input mappings; every member id of
+    ``subscriptions`` appears in the result (possibly with an empty list);
+    topics absent from ``partitions_per_topic`` (no metadata) are skipped.
+    """
+
+    name: str = ""
+
+    def subscription_user_data(self, topics: Iterable[str]) -> bytes | None:
+        """Opaque bytes sent with this member's subscription (default: none)."""
+        return None
+
+    @abc.abstractmethod
+    def assign(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, Subscription],
+    ) -> Assignment:
+        """Map every member id to the partitions it should own."""
+
+    def on_assignment(self, assignment: Sequence[TopicPartition], generation: int) -> None:
+        """Called on every member with its own assignment after SyncGroup (default: no-op)."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"

@@ -1,0 +1,69 @@
+"""Range assignor: Apache Kafka's ``RangeAssignor`` (non-rack-aware path).
+
+Works per topic. The topic's partitions are laid out in numeric order and the
+members subscribed to that topic in :class:`~groupmgr.assignors.api.MemberInfo`
+order (static members by instance id, then dynamic members by member id).
+With P partitions and C such members each member gets ``P div C`` consecutive
+partitions and the first ``P mod C`` members one more.
+
+Worked example (reproduced by ``tests/unit/test_assignor_range.py``): members
+C0 and C1, topics t0 and t1 with 3 partitions each::
+
+    C0: [t0p0, t0p1, t1p0, t1p1]
+    C1: [t0p2, t1p2]
+
+Guarantees: every partition of a subscribed topic with metadata is assigned
+exactly once, only to a subscriber; per topic the counts differ by at most
+one; members earlier in MemberInfo order never get fewer partitions of a topic
+than later ones (which is why C0 can end up with many more partitions overall
+when topics are co-partitioned). Every member id appears in the result.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from .api import Assignment, PartitionAssignor, Subscription, TopicPartition, sorted_member_ids, topic_partitions
+
+
+def subscribers_per_topic(subscriptions: Mapping[str, Subscription]) -> dict[str, list[str]]:
+    """Topic -> subscribed member ids in MemberInfo order, each member at most once per topic."""
+    per_topic: dict[str, list[str]] = {}
+    for member_id in sorted_member_ids(subscriptions):
+        for topic in dict.fromkeys(subscriptions[member_id].topics):
+            per_topic.setdefault(topic, []).append(member_id)
+    return per_topic
+
+
+def range_split(partitions: list[TopicPartition], members: list[str]) -> dict[str, list[TopicPartition]]:
+    """Split ``partitions`` into consecutive ranges: ``len div n`` each, first ``len mod n`` get one more."""
+    quota, extra = divmod(len(partitions), len(members))
+    out: dict[str, list[TopicPartition]] = {}
+    start = 0
+    for index, member_id in enumerate(members):
+        length = quota + (1 if index < extra else 0)
+        out[member_id] = partitions[start:start + length]
+        start += length
+    return out
+
+
+def range_assign(partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]) -> Assignment:
+    """Kafka's range assignment; lists are sorted by (topic, partition)."""
+    assignment: Assignment = {member_id: [] for member_id in subscriptions}
+    per_topic = subscribers_per_topic(subscriptions)
+    for topic in sorted(per_topic):
+        count = partitions_per_topic.get(topic)
+        if not count or count <= 0:
+            continue
+        for member_id, chunk in range_split(topic_partitions(topic, count), per_topic[topic]).items():
+            assignment[member_id].extend(chunk)
+    return assignment
+
+
+class RangeAssignor(PartitionAssignor):
+    """Protocol ``range``; same result as Kafka's ``RangeAssignor`` for every input (see module doc)."""
+
+    name = "range"
+
+    def assign(self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]) -> Assignment:
+        return range_assign(partitions_per_topic, subscriptions)

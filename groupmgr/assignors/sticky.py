@@ -1,0 +1,207 @@
+"""Sticky assignor: balanced, and moves as few partitions as possible.
+
+Inputs beyond Range/RoundRobin: each member's ``Subscription.owned_partitions``
+(what it owned in ``Subscription.generation_id``). A claim only counts if the
+member still subscribes to the topic and the partition still exists. When
+several members claim one partition the highest generation wins; if the
+highest generation is claimed twice, nobody keeps it (Kafka's
+``AbstractStickyAssignor`` does the same). An uncontested claim from an older
+generation is kept: ownership here is a stickiness hint only, fencing is done
+by generation-checked offset commits.
+
+Equal subscriptions (every member subscribes to the same topics with
+metadata), P partitions, M members: ``q, r = divmod(P, M)``; exactly ``r``
+members get ``q + 1`` partitions, the others ``q``. The ``q + 1`` slots go first
+to members that own more than ``q`` (in MemberInfo order), every member keeps
+its owned partitions up to its quota (lowest (topic, partition) first), and
+the freed and unowned partitions, in (topic, partition) order, fill the
+members below quota in MemberInfo order. That keeps the largest possible
+number of owned partitions. Cost: O(P + M log M).
+
+Worked example (reproduced by ``tests/unit/test_assignor_sticky.py``): topic t
+with 6 partitions; C0 owned [t0, t1, t2], C1 owned [t3, t4, t5]; C2 joins::
+
+    C0: [t0, t1]      (keeps 2, frees t2)
+    C1: [t3, t4]      (keeps 2, frees t5)
+    C2: [t2, t5]
+
+Uneven subscriptions (best effort): all valid claims are kept, unowned
+partitions go one by one to the least-loaded subscriber (topics with the
+fewest subscribers first), then partitions move from a member to a
+less-loaded subscriber of the same topic while their counts differ by two or
+more (newly assigned partitions move before owned ones). At the fixed point,
+members with equal subscriptions differ by at most one partition.
+
+Always: every partition of a subscribed topic with metadata is assigned
+exactly once, only to a subscriber; the result does not depend on the
+iteration order of the inputs; lists are sorted by (topic, partition).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Mapping, Sequence
+
+from .api import Assignment, PartitionAssignor, Subscription, TopicPartition, sorted_member_ids, topic_partitions
+
+
+def effective_topics(partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription],
+                     members: Sequence[str]) -> list[frozenset[str]]:
+    """Per member (in ``members`` order): its subscribed topics that have at least one partition."""
+    def has_partitions(topic: str) -> bool:
+        count = partitions_per_topic.get(topic)
+        return bool(count) and count > 0
+    return [frozenset(t for t in subscriptions[m].topics if has_partitions(t)) for m in members]
+
+
+def resolve_owned(partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription],
+                  members: Sequence[str], topics: Sequence[frozenset[str]]) -> list[list[TopicPartition]]:
+    """Valid, conflict-free owned partitions per member index (highest generation wins, ties void)."""
+    winner: dict[TopicPartition, int] = {}
+    generation: dict[TopicPartition, int] = {}
+    contested: set[TopicPartition] = set()
+    for index, member_id in enumerate(members):
+        subscription = subscriptions[member_id]
+        gen, subscribed = subscription.generation_id, topics[index]
+        for tp in subscription.owned_partitions:
+            if tp.topic not in subscribed or not 0 <= tp.partition < partitions_per_topic[tp.topic]:
+                continue
+            previous = winner.setdefault(tp, index)
+            if previous == index:
+                generation.setdefault(tp, gen)
+                generation[tp] = max(generation[tp], gen)
+            elif gen > generation[tp]:
+                winner[tp], generation[tp] = index, gen
+                contested.discard(tp)
+            elif gen == generation[tp]:
+                contested.add(tp)
+    owned: list[list[TopicPartition]] = [[] for _ in members]
+    for tp, index in winner.items():
+        if tp not in contested:
+            owned[index].append(tp)
+    return owned
+
+
+def _quotas(owned_counts: Sequence[int], total: int) -> list[int]:
+    """Per-member quotas summing to ``total``: ``q`` or ``q + 1``, the extra slots to big owners first."""
+    base, extra = divmod(total, len(owned_counts))
+    quotas = [base] * len(owned_counts)
+    for wants_extra in (True, False):
+        for index, count in enumerate(owned_counts):
+            if extra and quotas[index] == base and (count > base) == wants_extra:
+                quotas[index] += 1
+                extra -= 1
+    return quotas
+
+
+def constrained_assign(all_partitions: list[TopicPartition], owned: list[list[TopicPartition]]) -> list[list[TopicPartition]]:
+    """Sticky assignment when every member subscribes to exactly ``all_partitions``' topics."""
+    quotas = _quotas([len(o) for o in owned], len(all_partitions))
+    kept: list[list[TopicPartition]] = []
+    for quota, mine in zip(quotas, owned):
+        kept.append(mine if len(mine) <= quota else sorted(mine)[:quota])
+    taken = {tp for mine in kept for tp in mine}
+    pool = [tp for tp in all_partitions if tp not in taken] if taken else all_partitions
+    start = 0
+    for quota, mine in zip(quotas, kept):
+        need = quota - len(mine)
+        if need > 0:
+            mine.extend(pool[start:start + need])
+            start += need
+    return kept
+
+
+class _State:
+    """Mutable bookkeeping of the general (uneven subscriptions) path."""
+
+    def __init__(self, topics: list[frozenset[str]], owned: list[list[TopicPartition]]) -> None:
+        members = range(len(topics))
+        self.subscribers = {t: tuple(i for i in members if t in topics[i]) for t in set().union(*topics)}
+        self.count = [0] * len(topics)
+        # holdings[member][subscriber set] -> partitions; moves pop from the end, so partitions
+        # given later (newly assigned) move before owned ones, and high owned ones before low ones
+        self.holdings: list[dict[tuple[int, ...], list[TopicPartition]]] = [{} for _ in members]
+        for index, mine in enumerate(owned):
+            for tp in sorted(mine):
+                self.give(index, tp)
+
+    def give(self, index: int, tp: TopicPartition) -> None:
+        self.holdings[index].setdefault(self.subscribers[tp.topic], []).append(tp)
+        self.count[index] += 1
+
+    def least_loaded(self, candidates: Sequence[int]) -> int:
+        count = self.count
+        return min(candidates, key=lambda i: (count[i], i))
+
+
+def _greedy_fill(state: _State, unowned_by_topic: dict[str, list[TopicPartition]]) -> None:
+    """Give each unowned partition to the least-loaded subscriber, most constrained topics first."""
+    order = sorted(unowned_by_topic, key=lambda t: (len(state.subscribers[t]), t))
+    for topic in order:
+        heap = [(state.count[i], i) for i in state.subscribers[topic]]
+        heapq.heapify(heap)
+        for tp in unowned_by_topic[topic]:
+            _, index = heapq.heappop(heap)
+            state.give(index, tp)
+            heapq.heappush(heap, (state.count[index], index))
+
+
+def _drain(state: _State, source: int, group: tuple[int, ...], held: list[TopicPartition]) -> bool:
+    """Move partitions of one subscriber set from ``source`` to its least-loaded peer; True if any moved."""
+    target = state.least_loaded(group)
+    moves = min((state.count[source] - state.count[target]) // 2, len(held))
+    if moves <= 0:
+        return False
+    for _ in range(moves):
+        state.give(target, held.pop())
+    state.count[source] -= moves
+    return True
+
+
+def _balance(state: _State) -> None:
+    """Local moves until no member can pass a partition to a subscriber holding 2+ fewer."""
+    moved = True
+    while moved:
+        moved = False
+        for source in sorted(range(len(state.count)), key=lambda i: (-state.count[i], i)):
+            for group, held in state.holdings[source].items():
+                if held and _drain(state, source, group, held):
+                    moved = True
+
+
+def general_assign(topics: list[frozenset[str]], owned: list[list[TopicPartition]],
+                   all_partitions: list[TopicPartition]) -> list[list[TopicPartition]]:
+    """Best-effort balanced sticky assignment for uneven subscriptions."""
+    state = _State(topics, owned)
+    taken = {tp for mine in owned for tp in mine}
+    unowned_by_topic: dict[str, list[TopicPartition]] = {}
+    for tp in all_partitions:
+        if tp not in taken:
+            unowned_by_topic.setdefault(tp.topic, []).append(tp)
+    _greedy_fill(state, unowned_by_topic)
+    _balance(state)
+    return [[tp for held in holdings.values() for tp in held] for holdings in state.holdings]
+
+
+def sticky_assign(partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]) -> Assignment:
+    """Sticky assignment (see module doc); every member id appears in the result."""
+    members = sorted_member_ids(subscriptions)
+    if not members:
+        return {}
+    topics = effective_topics(partitions_per_topic, subscriptions, members)
+    all_partitions = [tp for t in sorted(set().union(*topics)) for tp in topic_partitions(t, partitions_per_topic[t])]
+    owned = resolve_owned(partitions_per_topic, subscriptions, members, topics)
+    if all(t == topics[0] for t in topics):
+        result = constrained_assign(all_partitions, owned)
+    else:
+        result = general_assign(topics, owned, all_partitions)
+    return {member_id: sorted(mine) for member_id, mine in zip(members, result)}
+
+
+class StickyAssignor(PartitionAssignor):
+    """Protocol ``sticky``: balanced like RoundRobin, keeps owned partitions where it can (see module doc)."""
+
+    name = "sticky"
+
+    def assign(self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]) -> Assignment:
+        return sticky_assign(partitions_per_topic, subscriptions)

@@ -1,0 +1,228 @@
+"""Broker error codes as exception classes, and the one function that classifies responses.
+
+Every class carries three class-level facts (kafka-python ``errors.py`` style):
+
+* ``retriable`` - the same request may succeed if sent again (after a backoff);
+* ``fenced``    - this member's generation / member id is no longer valid: it has lost its
+  partitions and must rejoin (or, for ``FencedInstanceId``, stop);
+* ``rediscover`` - the coordinator must be looked up again before retrying.
+
+``condition`` is the stable Kafka error name (``"NOT_COORDINATOR"``); tests and callers match on
+the class or on ``condition``, never on message text. All classes are immutable after construction
+and safe to share between threads.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+import kafka.errors as kafka_errors
+
+
+class GroupError(Exception):
+    """Base of every consumer-group error raised by ``groupmgr``."""
+
+    condition: ClassVar[str] = "GROUP_ERROR"
+    error_code: ClassVar[int | None] = None
+    retriable: ClassVar[bool] = False
+    fenced: ClassVar[bool] = False
+    rediscover: ClassVar[bool] = False
+
+    def __init__(self, context: str = "") -> None:
+        self.context = context
+        super().__init__(f"[{self.condition}] {context}" if context else f"[{self.condition}]")
+
+
+class BrokerError(GroupError):
+    """A broker error code with no dedicated class; ``code`` and ``condition`` say which."""
+
+    def __init__(self, code: int, context: str = "") -> None:
+        self.code = code
+        self.condition = _kafka_name(code)  # type: ignore[misc]  # instance override of ClassVar
+        super().__init__(context)
+
+
+class _Coordinator(GroupError):
+    retriable = True
+    rediscover = True
+
+
+class CoordinatorNotAvailable(_Coordinator):
+    condition, error_code = "COORDINATOR_NOT_AVAILABLE", 15
+
+
+class NotCoordinator(_Coordinator):
+    condition, error_code = "NOT_COORDINATOR", 16
+
+
+class CoordinatorLoadInProgress(GroupError):
+    condition, error_code, retriable = "COORDINATOR_LOAD_IN_PROGRESS", 14, True
+
+
+class CoordinatorUnreachable(_Coordinator):
+    """No response from the coordinator: connection lost, refused, or the request timed out."""
+
+    condition = "COORDINATOR_UNREACHABLE"
+
+
+class RequestTimedOut(_Coordinator):
+    condition, error_code = "REQUEST_TIMED_OUT", 7
+
+
+class NetworkException(_Coordinator):
+    condition, error_code = "NETWORK_EXCEPTION", 13
+
+
+class RebalanceInProgress(GroupError):
+    """The group is rebalancing: revoke, then rejoin. Not fenced: the generation was valid."""
+
+    condition, error_code = "REBALANCE_IN_PROGRESS", 27
+
+
+class IllegalGeneration(GroupError):
+    condition, error_code, fenced = "ILLEGAL_GENERATION", 22, True
+
+
+class UnknownMemberId(GroupError):
+    condition, error_code, fenced = "UNKNOWN_MEMBER_ID", 25, True
+
+
+class FencedInstanceId(GroupError):
+    """Another process joined with this ``group_instance_id``; this one must stop (fatal, as in Java)."""
+
+    condition, error_code, fenced = "FENCED_INSTANCE_ID", 82, True
+
+
+class SessionExpired(GroupError):
+    """No successful heartbeat for a whole session timeout: the broker has dropped this member."""
+
+    condition, fenced = "SESSION_EXPIRED", True
+
+
+class MemberIdRequired(GroupError):
+    """First JoinGroup (v4+) answered with a member id to use in a second JoinGroup."""
+
+    condition, error_code = "MEMBER_ID_REQUIRED", 79
+
+    def __init__(self, context: str = "", member_id: str = "") -> None:
+        self.member_id = member_id
+        super().__init__(context)
+
+
+class GroupAuthorizationFailed(GroupError):
+    condition, error_code = "GROUP_AUTHORIZATION_FAILED", 30
+
+
+class TopicAuthorizationFailed(GroupError):
+    condition, error_code = "TOPIC_AUTHORIZATION_FAILED", 29
+
+
+class InconsistentGroupProtocol(GroupError):
+    condition, error_code = "INCONSISTENT_GROUP_PROTOCOL", 23
+
+
+class UnknownTopicOrPartition(GroupError):
+    condition, error_code = "UNKNOWN_TOPIC_OR_PARTITION", 3
+
+
+class OffsetMetadataTooLarge(GroupError):
+    condition, error_code = "OFFSET_METADATA_TOO_LARGE", 12
+
+
+class GroupMaxSizeReached(GroupError):
+    condition, error_code = "GROUP_MAX_SIZE_REACHED", 81
+
+
+class UnsupportedVersion(GroupError):
+    condition, error_code = "UNSUPPORTED_VERSION", 35
+
+
+class InvalidSessionTimeout(GroupError):
+    condition, error_code = "INVALID_SESSION_TIMEOUT", 26
+
+
+class InvalidGroupId(GroupError):
+    condition, error_code = "INVALID_GROUP_ID", 24
+
+
+class UnreleasedInstanceId(GroupError):
+    condition, error_code = "UNRELEASED_INSTANCE_ID", 111
+
+
+class ProtocolDecodeError(GroupError):
+    """Consumer-protocol bytes (subscription or assignment) could not be decoded."""
+
+    condition = "PROTOCOL_DECODE_ERROR"
+
+
+class StaleGenerationError(GroupError):
+    """An offset commit was rejected because this member's generation is no longer current.
+
+    ``cause`` is the broker error (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
+    REBALANCE_IN_PROGRESS) or None when the member had no current generation to commit with;
+    ``fenced`` is copied from the cause. Never retried as another generation.
+    """
+
+    condition = "STALE_GENERATION"
+
+    def __init__(self, context: str, cause: GroupError | None = None, generation_id: int = -1) -> None:
+        self.cause = cause
+        self.generation_id = generation_id
+        self.fenced = bool(cause is not None and cause.fenced)  # type: ignore[misc]
+        super().__init__(context)
+
+
+class MemberClosedError(GroupError):
+    """The member was closed (or failed); it cannot commit, fetch or rejoin any more."""
+
+    condition = "MEMBER_CLOSED"
+
+
+class ListenerError(GroupError):
+    """A rebalance-listener callback raised; ``cause`` is its exception. Fatal for the member."""
+
+    condition = "LISTENER_FAILED"
+
+    def __init__(self, callback: str, cause: BaseException) -> None:
+        self.callback = callback
+        self.cause = cause
+        super().__init__(f"{callback} raised {type(cause).__name__}: {cause}")
+
+
+_BY_CODE: dict[int, type[GroupError]] = {
+    cls.error_code: cls
+    for cls in (CoordinatorNotAvailable, NotCoordinator, CoordinatorLoadInProgress, RequestTimedOut,
+                NetworkException, RebalanceInProgress, IllegalGeneration, UnknownMemberId,
+                FencedInstanceId, MemberIdRequired, GroupAuthorizationFailed, TopicAuthorizationFailed,
+                InconsistentGroupProtocol, UnknownTopicOrPartition, OffsetMetadataTooLarge,
+                GroupMaxSizeReached, UnsupportedVersion, InvalidSessionTimeout, InvalidGroupId,
+                UnreleasedInstanceId)
+    if cls.error_code is not None
+}
+
+
+def error_for_code(code: int, context: str = "") -> GroupError | None:
+    """The exception for broker ``code`` (None for 0 = no error). Unknown codes give ``BrokerError``."""
+    if code == 0:
+        return None
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        return BrokerError(code, context)
+    return cls(context)
+
+
+def raise_for_error_code(code: int, context: str = "") -> None:
+    """Raise the exception for a broker error code; return quietly for 0 (no error).
+
+    This is the single place where response error codes are classified. ``context`` names the
+    request and group (it ends up in the message only).
+    """
+    error = error_for_code(code, context)
+    if error is not None:
+        raise error
+
+
+def _kafka_name(code: int) -> str:
+    """The Kafka error name for ``code`` as kafka-python knows it (``UNKNOWN_SERVER_ERROR`` style)."""
+    cls = kafka_errors.kafka_errors.get(code)
+    message = getattr(cls, "message", None)
+    return str(message) if message else f"BROKER_ERROR_{code}"

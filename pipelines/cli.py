@@ -1,0 +1,137 @@
+"""`scg` — the command line of spark-consumer-groups.
+
+Exit codes: 0 success, 1 runtime failure, 2 bad configuration or arguments (with file, line and
+field), 3 environment problem (Java, ports, missing install), 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_ENV, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="scg", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a pipeline as one member of its consumer group")
+    run.add_argument("file")
+    sub.add_parser("validate", help="validate a pipeline file and exit").add_argument("file")
+    demo = sub.add_parser("demo", help="the main job end to end on an embedded local Kafka")
+    demo.add_argument("--records", type=int, default=20000)
+    demo.add_argument("--partitions", type=int, default=6)
+    kafka = sub.add_parser("kafka", help="a local Apache Kafka (KRaft) on loopback")
+    kafka.add_argument("action", choices=["start", "stop", "status"])
+    kafka.add_argument("--brokers", type=int, default=1)
+    kafka.add_argument("--port", type=int, default=9092,
+                       help="first client port (default 9092; node i uses port+i)")
+    kafka.add_argument("--dir", default=None, help="state directory (default .scg/state/kafka)")
+    assign = sub.add_parser("assign", help="preview what an assignor would give a group")
+    assign.add_argument("--assignor", required=True)
+    assign.add_argument("--topic", action="append", required=True, metavar="NAME:PARTITIONS")
+    assign.add_argument("--member", action="append", required=True,
+                        metavar="ID[=INSTANCE][:TOPIC,...]")
+    describe = sub.add_parser("describe", help="show a group's members, offsets and lag")
+    describe.add_argument("group", nargs="?")
+    describe.add_argument("--bootstrap", default="127.0.0.1:9092")
+    describe.add_argument("--pipeline", help="describe the group and table of a pipeline file")
+    describe.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = COMMANDS[args.command]
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - one clear line per named error, not a traceback
+        code = _exit_code(exc)
+        if code is None:
+            raise
+        print(f"scg: error: {exc}", file=sys.stderr)
+        return code
+
+
+def _exit_code(exc: Exception) -> int | None:
+    from pipelines.local_kafka import LocalKafkaError
+    from pipelines.paths import JarsNotInstalledError
+
+    if getattr(exc, "condition", None) and hasattr(exc, "field_path"):
+        return EXIT_CONFIG
+    if isinstance(exc, (LocalKafkaError, JarsNotInstalledError)):
+        return EXIT_ENV
+    if isinstance(exc, ValueError) and getattr(exc, "condition", None):
+        return EXIT_CONFIG
+    return EXIT_FAILED if getattr(exc, "condition", None) else None
+
+
+def cmd_run(args) -> int:
+    from pipelines.config import load_pipeline
+    from pipelines.run import run_pipeline
+
+    config = load_pipeline(args.file)
+    run_pipeline(config)
+    return EXIT_OK
+
+
+def cmd_validate(args) -> int:
+    from pipelines.config import main_validate
+
+    return main_validate(args.file)
+
+
+def cmd_demo(args) -> int:
+    from pipelines.demo import run_demo
+
+    return run_demo(records=args.records, partitions=args.partitions)
+
+
+def cmd_kafka(args) -> int:
+    from pathlib import Path
+
+    from pipelines.local_kafka import LocalKafka
+    from pipelines.paths import state_dir
+
+    cluster = LocalKafka(Path(args.dir) if args.dir else state_dir() / "kafka")
+    if args.action == "start":
+        state = cluster.start(brokers=args.brokers, port=args.port,
+                              progress=lambda m: print(m, file=sys.stderr))
+        print(f"Kafka {len(state.nodes)} broker(s) ready; bootstrap servers:", file=sys.stderr)
+        print(state.bootstrap_servers)
+    elif args.action == "stop":
+        stopped = cluster.stop()
+        print(f"stopped {stopped} Kafka process(es)" if stopped else "no local Kafka was running")
+    else:
+        state = cluster.status()
+        alive = state.alive_nodes() if state else []
+        if not alive:
+            print("no local Kafka running")
+            return EXIT_FAILED
+        for node in alive:
+            print(f"node {node.node_id}: pid {node.pid} 127.0.0.1:{node.client_port} log {node.log_file}")
+        print(state.bootstrap_servers)
+    return EXIT_OK
+
+
+def cmd_assign(args) -> int:
+    from groupmgr.assignors.preview import preview
+
+    print(json.dumps(preview(args.assignor, args.topic, args.member), indent=2, sort_keys=True))
+    return EXIT_OK
+
+
+def cmd_describe(args) -> int:
+    from pipelines.describe import describe_command
+
+    return describe_command(args)
+
+
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "demo": cmd_demo, "kafka": cmd_kafka,
+            "assign": cmd_assign, "describe": cmd_describe}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,342 @@
+"""Validated, frozen pipeline configuration and its public entry points.
+
+``load_pipeline(path)`` reads a YAML pipeline spec (see conf/pipelines/demo.yaml) and
+returns a :class:`PipelineConfig`, or raises :class:`ConfigError` naming the file, line,
+field and condition. Layers: :mod:`pipelines.config_loader` (YAML -> line-numbered nodes),
+:mod:`pipelines.config_validate` (nodes -> these dataclasses, pure apart from reading
+``${ENV}``/secret files and looking assignors up), :mod:`pipelines.secrets` (Secret).
+
+Durations are held as integer milliseconds. Secrets are :class:`Secret` values: no
+``repr`` shows them, ``describe()`` masks them as ``"***"``, and only the client-option
+helpers (:meth:`KafkaConfig.confluent_config` etc.) reveal them, because clients need them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+from pipelines.config_loader import Condition, ConfigError, load_yaml
+from pipelines.secrets import MASK, Secret, mask, reveal
+
+__all__ = [
+    "Condition", "ConfigError", "FormatConfig", "GroupConfig", "KafkaConfig", "PipelineConfig",
+    "SchemaField", "Secret", "SecurityConfig", "SinkConfig", "SourceConfig", "TriggerConfig",
+    "load_pipeline", "main_validate",
+]
+
+EMPTY: Mapping[str, Any] = MappingProxyType({})
+KAFKA_COORDINATE_COLUMNS = ("topic", "partition")
+# client_config keys only the Java client understands: given to Spark, never to librdkafka.
+_JAVA_ONLY_PREFIXES = ("ssl.truststore.", "ssl.keystore.", "sasl.jaas.config", "sasl.login.",
+                       "sasl.client.callback.handler.class", "ssl.engine.factory.class")
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def _is_java_only(key: str) -> bool:
+    return key.startswith(_JAVA_ONLY_PREFIXES)
+
+
+def _jaas_quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def _kafka_python_value(text: str) -> Any:
+    """A dotted-config string as kafka-python wants it: ints and booleans converted."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    """How every Kafka client authenticates; ``protocol`` is PLAINTEXT when the section is absent."""
+
+    protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: Secret | None = None
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: Secret | None = None
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @property
+    def uses_ssl(self) -> bool:
+        return self.protocol.endswith("SSL")
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    """Brokers, security and extra client settings, mapped for each client library."""
+
+    bootstrap_servers: tuple[str, ...]
+    security: SecurityConfig = SecurityConfig()
+    client_config: Mapping[str, str | Secret] = EMPTY
+
+    @property
+    def bootstrap_string(self) -> str:
+        return ",".join(self.bootstrap_servers)
+
+    def confluent_config(self) -> dict[str, str]:
+        """librdkafka settings (confluent-kafka); secrets revealed. Java-only client_config keys dropped."""
+        sec = self.security
+        conf = _drop_none({
+            "bootstrap.servers": self.bootstrap_string,
+            "security.protocol": sec.protocol,
+            "sasl.mechanism": sec.sasl_mechanism,
+            "sasl.username": sec.sasl_username,
+            "sasl.password": sec.sasl_password and sec.sasl_password.reveal(),
+            "ssl.ca.location": sec.ssl_ca_location,
+            "ssl.certificate.location": sec.ssl_certificate_location,
+            "ssl.key.location": sec.ssl_key_location,
+            "ssl.key.password": sec.ssl_key_password and sec.ssl_key_password.reveal(),
+        })
+        conf.update({k: reveal(v) for k, v in self.client_config.items() if not _is_java_only(k)})
+        return conf
+
+    def kafka_python_kwargs(self, accepted: Iterable[str] | None = None) -> dict[str, Any]:
+        """kafka-python keyword arguments; secrets revealed.
+
+        ``client_config`` entries are added (dots -> underscores, ints/bools converted) only
+        when ``accepted`` (e.g. ``KafkaConsumer.DEFAULT_CONFIG``) is given and names them.
+        """
+        sec = self.security
+        kwargs = _drop_none({
+            "bootstrap_servers": list(self.bootstrap_servers),
+            "security_protocol": sec.protocol,
+            "sasl_mechanism": sec.sasl_mechanism,
+            "sasl_plain_username": sec.sasl_username,
+            "sasl_plain_password": sec.sasl_password and sec.sasl_password.reveal(),
+            "ssl_cafile": sec.ssl_ca_location,
+            "ssl_certfile": sec.ssl_certificate_location,
+            "ssl_keyfile": sec.ssl_key_location,
+            "ssl_password": sec.ssl_key_password and sec.ssl_key_password.reveal(),
+        })
+        names = set(accepted or ())
+        for key, value in self.client_config.items():
+            name = key.replace(".", "_")
+            if name in names and name not in kwargs:
+                kwargs[name] = _kafka_python_value(reveal(value))
+        return kwargs
+
+    def spark_kafka_options(self) -> dict[str, str]:
+        """Options for Spark's Kafka source (``kafka.``-prefixed Java client settings); secrets revealed.
+
+        SASL PLAIN/SCRAM becomes ``kafka.sasl.jaas.config``; ``ssl_ca_location`` becomes a PEM
+        truststore; a client certificate/key pair becomes an inline PEM keystore (the files are
+        read here, so executors need not have them). Every client_config entry is passed through.
+        """
+        sec = self.security
+        opts = {"kafka.bootstrap.servers": self.bootstrap_string, "kafka.security.protocol": sec.protocol}
+        opts.update(self._spark_sasl_options())
+        opts.update(self._spark_ssl_options())
+        opts.update({f"kafka.{k}": reveal(v) for k, v in self.client_config.items()})
+        return opts
+
+    def _spark_sasl_options(self) -> dict[str, str]:
+        sec = self.security
+        if not sec.uses_sasl or sec.sasl_mechanism is None:
+            return {}
+        password = sec.sasl_password.reveal() if sec.sasl_password else ""
+        jaas = (f"{_LOGIN_MODULES[sec.sasl_mechanism]} required username={_jaas_quote(sec.sasl_username or '')}"
+                f" password={_jaas_quote(password)};")
+        return {"kafka.sasl.mechanism": sec.sasl_mechanism, "kafka.sasl.jaas.config": jaas}
+
+    def _spark_ssl_options(self) -> dict[str, str]:
+        sec = self.security
+        opts: dict[str, str] = {}
+        if sec.ssl_ca_location:
+            opts["kafka.ssl.truststore.type"] = "PEM"
+            opts["kafka.ssl.truststore.location"] = sec.ssl_ca_location
+        if sec.ssl_certificate_location and sec.ssl_key_location:
+            opts["kafka.ssl.keystore.type"] = "PEM"
+            opts["kafka.ssl.keystore.certificate.chain"] = Path(sec.ssl_certificate_location).read_text()
+            opts["kafka.ssl.keystore.key"] = Path(sec.ssl_key_location).read_text()
+            if sec.ssl_key_password:
+                opts["kafka.ssl.key.password"] = sec.ssl_key_password.reveal()
+        return opts
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """The Kafka consumer group every member of this pipeline joins."""
+
+    id: str
+    assignors: tuple[str, ...] = ("range",)  # preference order; names or "pkg.module:Class"
+    instance_id: str | None = None
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 1_000
+    rebalance_timeout_ms: int = 60_000
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """Where to start without stored offsets, and Spark's admission control."""
+
+    starting_offsets: str = "earliest"  # earliest | latest | error
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int | None = None  # set (default 15m) only with min_offsets_per_trigger
+    fail_on_data_loss: bool = True
+
+    def spark_options(self) -> dict[str, str]:
+        """Rate-limit options for Spark's Kafka source (not startingOffsets: the runner computes those)."""
+        opts = {"failOnDataLoss": str(self.fail_on_data_loss).lower()}
+        if self.max_offsets_per_trigger is not None:
+            opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
+        if self.min_offsets_per_trigger is not None:
+            opts["minOffsetsPerTrigger"] = str(self.min_offsets_per_trigger)
+        if self.max_trigger_delay_ms is not None:
+            opts["maxTriggerDelay"] = f"{self.max_trigger_delay_ms}ms"
+        return opts
+
+
+@dataclass(frozen=True)
+class SchemaField:
+    """One JSON field: ``type`` is a normalised Spark SQL type ("bigint", "decimal(10,2)", ...)."""
+
+    name: str
+    type: str
+
+
+@dataclass(frozen=True)
+class FormatConfig:
+    """How record values are decoded: ``json`` with a schema, or ``raw`` bytes."""
+
+    type: str = "json"
+    schema: tuple[SchemaField, ...] = ()
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.schema)
+
+    def schema_ddl(self) -> str | None:
+        """The schema as a Spark DDL string (for ``from_json``), or None for raw."""
+        if not self.schema:
+            return None
+        return ", ".join(f"`{f.name.replace('`', '``')}` {f.type.upper()}" for f in self.schema)
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """The Delta table and its dead-letter table (absolute paths or URIs)."""
+
+    path: str
+    dead_letter_path: str
+    partition_by: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TriggerConfig:
+    """Exactly one of a processing-time trigger or available-now."""
+
+    processing_time_ms: int | None = 2_000
+    available_now: bool = False
+
+    def spark_trigger_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``DataStreamWriter.trigger``."""
+        if self.available_now:
+            return {"availableNow": True}
+        return {"processingTime": f"{self.processing_time_ms} milliseconds"}
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """One validated pipeline spec. ``spark`` values that are secrets are :class:`Secret` s."""
+
+    name: str
+    kafka: KafkaConfig
+    topics: tuple[str, ...]
+    topic_pattern: str | None
+    group: GroupConfig
+    source: SourceConfig
+    format: FormatConfig
+    transform: str | None
+    sink: SinkConfig
+    trigger: TriggerConfig
+    checkpoint_root: str
+    spark: Mapping[str, str | Secret] = field(default=EMPTY)
+    source_file: Path = Path(".")
+
+    def spark_conf(self) -> dict[str, str]:
+        """The ``spark`` settings with secrets revealed (to configure the session)."""
+        return {key: reveal(value) for key, value in self.spark.items()}
+
+    def describe(self) -> dict[str, Any]:
+        """The whole config as plain data (JSON-able), every secret replaced by ``"***"``."""
+        return _display(self)
+
+    to_display_dict = describe
+
+    def summary(self) -> str:
+        """One line for ``scg validate``: name, topics, group, security, sink (no secrets)."""
+        subscription = ",".join(self.topics) if self.topics else f"/{self.topic_pattern}/"
+        sec = self.kafka.security
+        auth = sec.protocol + (f"/{sec.sasl_mechanism} user={sec.sasl_username}" if sec.uses_sasl else "")
+        trigger = "available_now" if self.trigger.available_now else f"every {self.trigger.processing_time_ms}ms"
+        return (f"{self.name}: topics={subscription} group={self.group.id} "
+                f"assignors={','.join(self.group.assignors)} kafka={self.kafka.bootstrap_string} ({auth}) "
+                f"format={self.format.type} sink={self.sink.path} trigger={trigger}")
+
+
+def _display(value: Any) -> Any:
+    if isinstance(value, Secret):
+        return MASK
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _display(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {key: _display(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_display(item) for item in value]
+    return mask(value)
+
+
+def load_pipeline(path: str | Path, env: Mapping[str, str] | None = None) -> PipelineConfig:
+    """Load and validate the pipeline spec at ``path``; raises :class:`ConfigError`.
+
+    ``env`` (default ``os.environ``) resolves ``${NAME}`` references.
+    """
+    # Imported here: config_validate builds the dataclasses defined above.
+    from pipelines.config_validate import validate_pipeline
+
+    root = load_yaml(path)
+    return validate_pipeline(root, str(path), Path(path).resolve(), os.environ if env is None else env)
+
+
+def main_validate(path: str | Path, show: bool = False) -> int:
+    """``scg validate FILE``: "OK <summary>" on stdout (exit 0) or one error line on stderr (exit 2).
+
+    With ``show`` the masked config is printed as JSON too.
+    """
+    try:
+        config = load_pipeline(path)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"OK {config.summary()}")
+    if show:
+        print(json.dumps(config.describe(), indent=2, sort_keys=False))
+    return 0

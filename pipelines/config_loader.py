@@ -1,0 +1,227 @@
+"""Thin YAML loader that keeps a line number on every node, plus the config error type.
+
+``load_yaml(path)`` parses one YAML document with PyYAML's safe composer and turns the
+node graph into :class:`Node` values. Every node knows its line; a value inside a
+mapping carries the line of its *key*, so errors point at the line naming the field.
+Duplicate keys are an error (PyYAML silently keeps the last one). Mapping keys are
+always the key's source text (``on:`` stays ``"on"``); scalar values are constructed
+by the safe constructor (ints, bools, null...) and keep their source text too.
+
+Errors are :class:`ConfigError`: a named :class:`Condition` plus parameters, located
+by file, line and field path (Spark ``KafkaExceptions`` style; test by condition).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+MERGE_TAG = "tag:yaml.org,2002:merge"
+MAP_TAG = "tag:yaml.org,2002:map"
+SEQ_TAG = "tag:yaml.org,2002:seq"
+MAX_NODES = 100_000  # guards against alias bombs
+
+
+class Condition(enum.StrEnum):
+    """Every named config error condition."""
+
+    FILE_NOT_FOUND = "FILE_NOT_FOUND"
+    FILE_NOT_READABLE = "FILE_NOT_READABLE"
+    YAML_SYNTAX = "YAML_SYNTAX"
+    DUPLICATE_KEY = "DUPLICATE_KEY"
+    UNKNOWN_KEY = "UNKNOWN_KEY"
+    MISSING_FIELD = "MISSING_FIELD"
+    WRONG_TYPE = "WRONG_TYPE"
+    BAD_DURATION = "BAD_DURATION"
+    BAD_ENUM = "BAD_ENUM"
+    BAD_VALUE = "BAD_VALUE"
+    BAD_REGEX = "BAD_REGEX"
+    BAD_SCHEMA = "BAD_SCHEMA"
+    CONFLICTING_FIELDS = "CONFLICTING_FIELDS"
+    INLINE_SECRET = "INLINE_SECRET"
+    ENV_VAR_NOT_SET = "ENV_VAR_NOT_SET"
+    SECRET_FILE_NOT_FOUND = "SECRET_FILE_NOT_FOUND"
+    SECRET_FILE_UNREADABLE = "SECRET_FILE_UNREADABLE"
+    UNKNOWN_ASSIGNOR = "UNKNOWN_ASSIGNOR"
+    ASSIGNOR_IMPORT_FAILED = "ASSIGNOR_IMPORT_FAILED"
+    BAD_PARTITION_COLUMN = "BAD_PARTITION_COLUMN"
+    TRANSFORM_WITHOUT_INPUT = "TRANSFORM_WITHOUT_INPUT"
+
+
+class ConfigError(Exception):
+    """A bad pipeline file: ``str`` is ``"<file>:<line>: <field.path>: <detail>"``.
+
+    ``condition`` (a :class:`Condition`) and ``params`` identify the case; the detail
+    text is for humans and may change. ``line`` is 0 when there is no line (file missing).
+    """
+
+    def __init__(self, file: str | Path, line: int, field_path: str, condition: Condition,
+                 detail: str, **params: Any) -> None:
+        self.file = str(file)
+        self.line = line
+        self.field_path = field_path
+        self.condition = Condition(condition)
+        self.detail = detail
+        self.params = params
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.field_path or '(document)'}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One YAML value: ``kind`` is "map" (value: dict[str, Node]), "seq" (tuple[Node, ...]) or "scalar"."""
+
+    kind: str
+    value: Any
+    line: int
+    text: str | None = field(default=None, compare=False)  # a scalar's source text
+
+    @property
+    def is_null(self) -> bool:
+        return self.kind == "scalar" and self.value is None
+
+    def items(self) -> Iterator[tuple[str, "Node"]]:
+        return iter(self.value.items()) if self.kind == "map" else iter(())
+
+
+def child_path(path: str, key: str | int) -> str:
+    """``group`` + ``id`` -> ``group.id``; ``topics`` + 1 -> ``topics[1]``; dotted keys are quoted."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    if "." in key or " " in key or not key:
+        return f'{path}["{key}"]'
+    return f"{path}.{key}" if path else key
+
+
+class _LineLoader(yaml.SafeLoader):
+    """A SafeLoader used only to compose nodes and construct scalars."""
+
+
+class _Converter:
+    """Walks a composed node graph into :class:`Node` values, checking duplicate keys."""
+
+    def __init__(self, loader: _LineLoader, file: str) -> None:
+        self.loader = loader
+        self.file = file
+        self.count = 0
+        self.active: set[int] = set()
+
+    def fail(self, line: int, path: str, condition: Condition, detail: str, **params: Any) -> ConfigError:
+        return ConfigError(self.file, line, path, condition, detail, **params)
+
+    def convert(self, node: yaml.Node, line: int, path: str) -> Node:
+        self.count += 1
+        if self.count > MAX_NODES:
+            raise self.fail(line, path, Condition.YAML_SYNTAX, f"document has more than {MAX_NODES} nodes")
+        if id(node) in self.active:
+            raise self.fail(line, path, Condition.YAML_SYNTAX, "recursive alias")
+        self.active.add(id(node))
+        try:
+            return self._dispatch(node, line, path)
+        finally:
+            self.active.discard(id(node))
+
+    def _dispatch(self, node: yaml.Node, line: int, path: str) -> Node:
+        if isinstance(node, yaml.MappingNode):
+            self._check_tag(node, MAP_TAG, line, path)
+            return Node("map", self._mapping(node, path), line)
+        if isinstance(node, yaml.SequenceNode):
+            self._check_tag(node, SEQ_TAG, line, path)
+            items = tuple(self.convert(item, _line(item), child_path(path, i))
+                          for i, item in enumerate(node.value))
+            return Node("seq", items, line)
+        return Node("scalar", self._scalar(node, line, path), line, text=node.value)
+
+    def _check_tag(self, node: yaml.Node, expected: str, line: int, path: str) -> None:
+        if node.tag != expected:
+            raise self.fail(line, path, Condition.YAML_SYNTAX, f"unsupported tag {node.tag}", tag=node.tag)
+
+    def _scalar(self, node: yaml.ScalarNode, line: int, path: str) -> Any:
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            raise self.fail(line, path, Condition.YAML_SYNTAX, _first_line(exc)) from None
+
+    def _mapping(self, node: yaml.MappingNode, path: str) -> dict[str, Node]:
+        self._check_duplicates(node, path)
+        try:
+            self.loader.flatten_mapping(node)  # resolves "<<" merge keys in place
+        except yaml.YAMLError as exc:
+            raise self.fail(_line(node), path, Condition.YAML_SYNTAX, _first_line(exc)) from None
+        result: dict[str, Node] = {}
+        for key_node, value_node in node.value:
+            key = self._key(key_node, path)
+            result[key] = self.convert(value_node, _line(key_node), child_path(path, key))
+        return result
+
+    def _key(self, key_node: yaml.Node, path: str) -> str:
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise self.fail(_line(key_node), path, Condition.YAML_SYNTAX, "mapping keys must be plain scalars")
+        return str(key_node.value)
+
+    def _check_duplicates(self, node: yaml.MappingNode, path: str) -> None:
+        seen: dict[str, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == MERGE_TAG:
+                continue
+            key = self._key(key_node, path)
+            if key in seen:
+                raise self.fail(_line(key_node), child_path(path, key), Condition.DUPLICATE_KEY,
+                                f"duplicate key {key!r} (first on line {seen[key]})",
+                                key=key, first_line=seen[key])
+            seen[key] = _line(key_node)
+
+
+def _line(node: yaml.Node) -> int:
+    return node.start_mark.line + 1
+
+
+def _first_line(exc: BaseException) -> str:
+    problem = getattr(exc, "problem", None)
+    return str(problem or exc).strip().splitlines()[0]
+
+
+def _syntax_error(file: str, exc: yaml.YAMLError) -> ConfigError:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    line = mark.line + 1 if mark is not None else 1
+    if isinstance(exc, yaml.reader.ReaderError):
+        detail = f"file is not valid UTF-8/UTF-16 text ({exc.reason})"
+    else:
+        detail = _first_line(exc)
+    return ConfigError(file, line, "", Condition.YAML_SYNTAX, f"invalid YAML: {detail}")
+
+
+def _read(path: Path, file: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(file, 0, "", Condition.FILE_NOT_FOUND, "file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(file, 0, "", Condition.FILE_NOT_FOUND, "is a directory, not a file") from None
+    except OSError as exc:
+        raise ConfigError(file, 0, "", Condition.FILE_NOT_READABLE,
+                          f"cannot read file: {exc.strerror or exc}") from None
+
+
+def parse_yaml(data: bytes | str, file: str = "<string>") -> Node | None:
+    """The single document in ``data`` as a :class:`Node` (None for an empty document)."""
+    loader = _LineLoader(data)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        return _Converter(loader, file).convert(root, _line(root), "")
+    except yaml.YAMLError as exc:
+        raise _syntax_error(file, exc) from None
+    finally:
+        loader.dispose()
+
+
+def load_yaml(path: str | Path) -> Node | None:
+    """Parse the YAML file at ``path`` (errors name the file as given)."""
+    return parse_yaml(_read(Path(path), str(path)), str(path))

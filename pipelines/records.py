@@ -1,0 +1,79 @@
+"""Kafka rows → parsed output rows and dead letters (Spark column expressions, no I/O).
+
+Output rows keep the Kafka coordinates ``topic, partition, offset, timestamp, key`` (key decoded
+as UTF-8 text, null when the record has no key) next to the parsed fields, so every row can be
+audited back to its record.
+
+Dead-letter rule (DESIGN invariant 6; a bad record is never dropped silently), first match wins:
+
+* ``null_value`` — the record has no value (a tombstone). Tombstones carry no data for an
+  append-only table, so they are recorded as dead letters rather than silently skipped.
+* ``value_too_large`` — the value is longer than ``max_value_bytes``.
+* ``malformed_json`` — the value is not a JSON object (json format only).
+* ``schema_mismatch`` — valid JSON whose fields do not fit the schema's types (json only).
+
+A null key is not an error: the row is written with ``key = null``. Missing JSON fields are null.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+COORDINATES = ("topic", "partition", "offset", "timestamp", "key")
+REASON = "_dead_letter_reason"
+CORRUPT = "_corrupt_record"
+DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
+DEAD_LETTER_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value", "reason")
+
+
+@dataclass(frozen=True)
+class RecordFormat:
+    kind: str                         # "json" | "raw"
+    schema_ddl: str | None = None     # Spark DDL for json
+    max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
+
+
+def classify(kafka_rows: DataFrame, fmt: RecordFormat) -> DataFrame:
+    """Kafka source rows → coordinates, raw key/value, parsed fields (json) and a reason column
+    that is null for good rows."""
+    value_text = F.col("value").cast("string")
+    base = [F.col(c) for c in ("topic", "partition", "offset", "timestamp")]
+    base += [F.col("key").alias("_raw_key"), F.col("value").alias("_raw_value")]
+    if fmt.kind == "raw":
+        return kafka_rows.select(*base, F.col("value"), _reason(fmt, None, None).alias(REASON))
+    parse_schema = f"{fmt.schema_ddl}, {CORRUPT} STRING"
+    parsed = F.from_json(value_text, parse_schema,
+                         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    is_object = F.from_json(value_text, "MAP<STRING, STRING>").isNotNull()
+    rows = kafka_rows.select(*base, parsed.alias("_parsed"), is_object.alias("_is_object"))
+    reason = _reason(fmt, F.col(f"_parsed.{CORRUPT}"), F.col("_is_object"))
+    return rows.select("*", reason.alias(REASON))
+
+
+def _reason(fmt: RecordFormat, corrupt: Column | None, is_object: Column | None) -> Column:
+    rule = (F.when(F.col("_raw_value").isNull(), F.lit("null_value"))
+            .when(F.octet_length("_raw_value") > fmt.max_value_bytes, F.lit("value_too_large")))
+    if corrupt is not None:
+        rule = (rule.when(corrupt.isNotNull() & ~F.coalesce(is_object, F.lit(False)),
+                          F.lit("malformed_json"))
+                .when(corrupt.isNotNull(), F.lit("schema_mismatch")))
+    return rule.otherwise(F.lit(None).cast("string"))
+
+
+def good_rows(classified: DataFrame, fmt: RecordFormat) -> DataFrame:
+    """Rows without a reason, shaped for the output table (view ``input`` of a transform)."""
+    coords = [F.col(c) for c in ("topic", "partition", "offset", "timestamp")]
+    coords.append(F.col("_raw_key").cast("string").alias("key"))
+    ok = classified.filter(F.col(REASON).isNull())
+    if fmt.kind == "raw":
+        return ok.select(*coords, F.col("value"))
+    return ok.select(*coords, "_parsed.*").drop(CORRUPT)
+
+
+def dead_letters(classified: DataFrame) -> DataFrame:
+    """Rows with a reason: coordinates, raw key and value bytes, and the reason."""
+    return classified.filter(F.col(REASON).isNotNull()).select(
+        "topic", "partition", "offset", "timestamp", F.col("_raw_key").alias("key"),
+        F.col("_raw_value").alias("value"), F.col(REASON).alias("reason"))

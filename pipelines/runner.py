@@ -1,0 +1,188 @@
+"""One pipeline member: group membership drives the Spark query over the owned partitions.
+
+Lifecycle (DESIGN data flow):
+
+* ``on_assigned(generation, partitions)`` — claim the partitions in the output and dead-letter
+  tables (bumping their owner epochs, which fences any previous writer), choose start offsets
+  (Delta > group commit > policy) and start one query over exactly those partitions;
+* ``on_revoked(partitions)`` / ``on_fenced(error)`` — stop the query before the member rejoins; an
+  in-flight batch either committed whole to Delta or not at all;
+* every batch commits Delta first, then Kafka offsets with the member's generation.
+
+The member's thread calls the listener methods; the main thread (:meth:`PipelineRunner.run`)
+watches the member and the query and prints progress. ``_lock`` serialises query changes.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from groupmgr.assignors.api import TopicPartition
+from pipelines import query as queries
+from pipelines.batch_writer import BatchReport, BatchWriter, TableTargets
+from pipelines.offsets import CheckpointOffsetLog
+from pipelines.progress import ProgressPrinter
+from pipelines.start_offsets import choose_start_offsets, watermarks
+from pipelines.tables import open_tables
+
+log = logging.getLogger("scg.runner")
+POLL_S = 0.5
+
+
+class PipelineRunner:
+    def __init__(self, config, spark, member_factory: Callable | None = None,
+                 out: Callable[[str], None] = print):
+        self.config, self.spark = config, spark
+        self.progress = ProgressPrinter(out)
+        self.tables = open_tables(config, spark)
+        self.member = (member_factory or group_member_factory)(config, self)
+        self._lock = threading.RLock()
+        self._query = None
+        self._checkpoint = None
+        self._owned: tuple[TopicPartition, ...] = ()
+        self._generation = None
+
+    # -- RebalanceListener ------------------------------------------------------------------------
+    def on_assigned(self, generation, partitions) -> None:
+        with self._lock:
+            self._stop_query()
+            self._generation, self._owned = generation, tuple(sorted(partitions))
+            self.progress.assigned(generation, self._owned)
+            if self._owned:
+                self._start_query()
+
+    def on_revoked(self, partitions) -> None:
+        with self._lock:
+            self.progress.revoked(partitions)
+            self._stop_query()
+            self._owned = ()
+
+    def on_fenced(self, error) -> None:
+        with self._lock:
+            self.progress.note(f"fenced by the group ({error}); stopping the query and rejoining")
+            self._stop_query()
+            self._owned = ()
+
+    # -- main loop --------------------------------------------------------------------------------
+    def run(self, stop: threading.Event | None = None,
+            until: Callable[[], bool] | None = None) -> None:
+        """Join the group and process until ``stop`` is set, ``until()`` is true, or (with an
+        available-now trigger) every owned partition is caught up. Leaves the group on return."""
+        stop = stop or threading.Event()
+        self.member.start()
+        try:
+            while not stop.wait(POLL_S):
+                self.member.raise_if_failed()
+                if self._check_query() == "finished" and self.config.trigger.available_now:
+                    break
+                if until is not None and until():
+                    break
+                self.progress.tick(self._current_query())
+        finally:
+            with self._lock:
+                self._stop_query()
+            self.member.close()
+
+    # -- internals --------------------------------------------------------------------------------
+    def _current_query(self):
+        with self._lock:
+            return self._query
+
+    def _check_query(self) -> str:
+        with self._lock:
+            query = self._query
+            if query is None or query.isActive:
+                return "idle" if query is None else "active"
+            error = query.exception()
+            self._query = None
+        if error is None:
+            return "finished"
+        if "FencedWriterError" in str(error) or "FENCED_WRITER" in str(error):
+            self.progress.note("the table refused a batch: another member owns a partition now; "
+                               "waiting for the group to rebalance")
+            return "fenced"
+        raise RuntimeError(f"query failed: {_first_line(error)}") from None
+
+    def _start_query(self) -> None:
+        starts = self._start_offsets(self._owned)
+        self.progress.starting(starts)
+        offsets = {tp: d.offset for tp, d in starts.items()}
+        epochs = self.tables.table.claim(self._owned)
+        dead_epochs = self.tables.dead_table.claim(self._owned)
+        targets = TableTargets(self.tables.table, self.tables.dead_table, epochs, dead_epochs)
+        self._checkpoint = queries.new_checkpoint(self.config.checkpoint_root, _label(self._generation))
+        writer = BatchWriter(self.tables.record_format, self.config.transform, targets,
+                             CheckpointOffsetLog(self._checkpoint, offsets),
+                             self._commit_kafka, self._on_batch)
+        self._query = queries.start_query(self.spark, self.tables.source_options, offsets, writer,
+                                          self._checkpoint, self.tables.trigger,
+                                          f"{self.config.name}-{_label(self._generation)}")
+
+    def _start_offsets(self, partitions):
+        delta = self.tables.table.recorded_offsets(partitions)
+        committed = self.member.committed(partitions)
+        earliest, latest = watermarks(self.config.kafka.confluent_config(), partitions)
+        return choose_start_offsets(partitions, delta, committed,
+                                    self.config.source.starting_offsets, earliest, latest)
+
+    def _stop_query(self) -> None:
+        if self._query is not None:
+            try:
+                self._query.stop()
+            except Exception as exc:  # noqa: BLE001 - stopping a failed query may raise again
+                log.debug("stopping query: %s", exc)
+            self._query = None
+        if self._checkpoint is not None:
+            queries.remove_checkpoint(self._checkpoint)
+            self._checkpoint = None
+
+    def _commit_kafka(self, offsets: Mapping[TopicPartition, int], metadata: str) -> bool:
+        try:
+            self.member.commit_offsets(offsets, metadata)
+            return True
+        except Exception as exc:  # noqa: BLE001 - Delta already holds the truth; report and go on
+            self.progress.note(f"Kafka offset commit refused ({type(exc).__name__}: {exc}); "
+                               "the Delta table is authoritative, the next owner resumes from it")
+            return False
+
+    def _on_batch(self, report: BatchReport) -> None:
+        self.progress.batch(report)
+
+
+def group_member_factory(config, listener):
+    """The real consumer-group member for ``config`` (groupmgr)."""
+    from groupmgr.member import GroupMember, MemberConfig
+
+    group = config.group
+    member_config = MemberConfig(
+        bootstrap_servers=config.kafka.bootstrap_servers, group_id=group.id,
+        topics=resolve_topics(config), assignors=tuple(group.assignors),
+        group_instance_id=group.instance_id, session_timeout_ms=group.session_timeout_ms,
+        rebalance_timeout_ms=group.rebalance_timeout_ms,
+        heartbeat_interval_ms=group.heartbeat_interval_ms,
+        client_kwargs=config.kafka.kafka_python_kwargs())
+    return GroupMember(member_config, listener)
+
+
+def resolve_topics(config) -> tuple[str, ...]:
+    """The configured topics, or the existing topics matching ``topic_pattern``."""
+    if not config.topic_pattern:
+        return tuple(config.topics)
+    from confluent_kafka.admin import AdminClient
+
+    names = AdminClient(config.kafka.confluent_config()).list_topics(timeout=30).topics
+    pattern = re.compile(config.topic_pattern)
+    return tuple(sorted(t for t in names if pattern.fullmatch(t) and not t.startswith("__")))
+
+
+def _label(generation) -> str:
+    gen_id = getattr(generation, "generation_id", generation)
+    return f"gen-{gen_id}-{int(time.time() * 1000)}"
+
+
+def _first_line(error) -> str:
+    text = str(error)
+    return text.splitlines()[0] if text else repr(error)

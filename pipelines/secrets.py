@@ -1,0 +1,148 @@
+"""Secret values: resolution from ``${ENV}`` references or files, and masking.
+
+A secret never appears in a config file as a literal. It is written either as an
+environment reference (``sasl_password: ${KAFKA_PASSWORD}``) or as a file
+(``sasl_password_file: /run/secrets/kafka``). The resolved value is held in a
+:class:`Secret`, whose ``repr``/``str`` is ``Secret(***)``; only
+:meth:`Secret.reveal` returns the value.
+
+Failures raise :class:`SecretError` subclasses carrying a ``condition`` and their
+parameters; the config validator turns them into located ``ConfigError`` s.
+No error message ever contains a secret value.
+"""
+from __future__ import annotations
+
+import hmac
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+MASK = "***"
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_ENV_REF = re.compile(r"\$\{(" + _NAME + r")\}")
+_ANY_REF = re.compile(r"\$\{([^}]*)\}")
+# Keys of free-form settings maps (kafka.client_config, spark) whose values are secrets.
+_SECRET_KEY = re.compile(r"password|secret|jaas\.config|credential|\.token$", re.IGNORECASE)
+
+
+class Secret:
+    """A secret string. ``repr``/``str``/``format`` never show the value; ``reveal()`` does."""
+
+    __slots__ = ("_value", "source")
+
+    def __init__(self, value: str, source: str = "") -> None:
+        if not isinstance(value, str):
+            raise TypeError("a Secret holds a string")
+        self._value = value
+        self.source = source  # where it came from, e.g. "env:KAFKA_PASSWORD" (never the value)
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Secret({MASK})"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return repr(self)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secret):
+            return NotImplemented
+        return hmac.compare_digest(self._value.encode(), other._value.encode())
+
+    def __hash__(self) -> int:
+        return hash((Secret, self._value))
+
+
+class SecretError(Exception):
+    """A secret could not be resolved; ``condition`` names the case, ``params`` hold its parameters."""
+
+    condition = "SECRET_ERROR"
+
+    def __init__(self, detail: str, **params: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.params = params
+
+
+class InlineSecretError(SecretError):
+    condition = "INLINE_SECRET"
+
+
+class EnvVarNotSetError(SecretError):
+    condition = "ENV_VAR_NOT_SET"
+
+
+class BadEnvReferenceError(SecretError):
+    condition = "BAD_VALUE"
+
+
+class SecretFileNotFoundError(SecretError):
+    condition = "SECRET_FILE_NOT_FOUND"
+
+
+class SecretFileUnreadableError(SecretError):
+    condition = "SECRET_FILE_UNREADABLE"
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a free-form setting (``sasl.jaas.config``, ``fs.s3a.secret.key``...) holds a secret."""
+    return bool(_SECRET_KEY.search(key))
+
+
+def _lookup(name: str, env: Mapping[str, str]) -> str:
+    if name not in env:
+        raise EnvVarNotSetError(f"environment variable {name} is not set", var=name)
+    return env[name]
+
+
+def env_secret(text: str, env: Mapping[str, str], field: str) -> Secret:
+    """The secret named by ``text``, which must be exactly ``${NAME}``; anything else is inline."""
+    match = _ENV_REF.fullmatch(text.strip())
+    if match is None:
+        raise InlineSecretError(
+            f"{field} must not be written inline; use ${{ENV_VAR}} or {field}_file: /path",
+            field=field)
+    name = match.group(1)
+    return Secret(_lookup(name, env), source=f"env:{name}")
+
+
+def interpolate(text: str, env: Mapping[str, str]) -> str:
+    """``text`` with every ``${NAME}`` replaced from ``env`` (for non-secret strings)."""
+    for match in _ANY_REF.finditer(text):
+        if not re.fullmatch(_NAME, match.group(1)):
+            raise BadEnvReferenceError(
+                f"bad environment reference {match.group(0)!r}; use ${{NAME}} with NAME [A-Za-z_][A-Za-z0-9_]*",
+                reference=match.group(0))
+    return _ENV_REF.sub(lambda m: _lookup(m.group(1), env), text)
+
+
+def file_secret(path: Path) -> Secret:
+    """The contents of ``path`` without trailing newlines, as a Secret."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SecretFileNotFoundError(f"secret file {path} does not exist", path=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SecretFileUnreadableError(
+            f"cannot read secret file {path}: {type(exc).__name__}", path=str(path)) from None
+    return Secret(text.rstrip("\r\n"), source=f"file:{path}")
+
+
+def mask(value: Any) -> Any:
+    """``value`` with every Secret replaced by ``"***"`` (recursing into dicts, lists and tuples)."""
+    if isinstance(value, Secret):
+        return MASK
+    if isinstance(value, Mapping):
+        return {key: mask(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [mask(item) for item in value]
+    return value
+
+
+def reveal(value: str | Secret) -> str:
+    """The plain string of a setting that may or may not be a Secret."""
+    return value.reveal() if isinstance(value, Secret) else value

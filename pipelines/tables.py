@@ -1,0 +1,73 @@
+"""From a PipelineConfig to the pieces a member needs: record format, output and dead-letter
+tables with their Arrow schemas, Kafka source options and trigger.
+
+The output schema is derived once, before any query starts, by running the parsing (and the
+optional SQL transform) over an empty DataFrame shaped like Spark's Kafka source rows, so a
+transform that does not analyse fails at start-up, not in the first batch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from pipelines.batch_writer import apply_transform
+from pipelines.query import SourceOptions, Trigger
+from pipelines.records import RecordFormat, classify, dead_letters, good_rows
+from sinks.txn_table import TxnDeltaTable
+
+KAFKA_ROW_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
+                 "timestamp TIMESTAMP, timestampType INT")
+COORDINATE_COLUMNS = ("topic", "partition", "offset")
+
+
+class TransformShapeError(ValueError):
+    condition = "TRANSFORM_DROPS_COORDINATES"
+
+    def __init__(self, missing):
+        self.missing = tuple(missing)
+        super().__init__(f"the transform's result lacks the Kafka coordinate column(s) "
+                         f"{', '.join(self.missing)}; keep them (e.g. SELECT topic, partition, "
+                         "offset, ... FROM input) so exactly-once can be verified")
+
+
+@dataclass(frozen=True)
+class PipelineTables:
+    record_format: RecordFormat
+    table: TxnDeltaTable
+    dead_table: TxnDeltaTable
+    source_options: SourceOptions
+    trigger: Trigger
+
+
+def open_tables(config, spark) -> PipelineTables:
+    fmt = RecordFormat(config.format.type, getattr(config.format, "schema_ddl", None))
+    empty = spark.createDataFrame([], KAFKA_ROW_DDL)
+    classified = classify(empty, fmt)
+    output = apply_transform(good_rows(classified, fmt), config.transform)
+    missing = [c for c in COORDINATE_COLUMNS if c not in output.columns]
+    if missing:
+        raise TransformShapeError(missing)
+    table = TxnDeltaTable(config.sink.path, config.name, arrow_schema(output),
+                          config.sink.partition_by)
+    dead = TxnDeltaTable(config.sink.dead_letter_path, config.name,
+                         arrow_schema(dead_letters(classified)))
+    return PipelineTables(fmt, table, dead, source_options(config), trigger(config))
+
+
+def arrow_schema(df) -> pa.Schema:
+    """The Arrow schema Spark's ``toArrow`` produces for ``df`` (timestamps in UTC)."""
+    return df.limit(0).toArrow().schema
+
+
+def source_options(config) -> SourceOptions:
+    src = config.source
+    return SourceOptions(config.kafka.spark_kafka_options(), src.max_offsets_per_trigger,
+                         src.min_offsets_per_trigger, src.max_trigger_delay, src.fail_on_data_loss)
+
+
+def trigger(config) -> Trigger:
+    trig = config.trigger
+    if trig.available_now:
+        return Trigger(None, True)
+    return Trigger(trig.processing_time, False)

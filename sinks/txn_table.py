@@ -1,0 +1,191 @@
+"""A Delta table written exactly once per Kafka partition, through per-partition ``txn`` actions.
+
+For every (topic, partition) the table carries two Delta application transactions:
+
+* ``<app>:offset:<topic>:<partition>`` — version = the **next Kafka offset to read** (every record
+  below it is in the table);
+* ``<app>:owner:<topic>:<partition>`` — version = the owner epoch of the member allowed to write
+  the partition, bumped by :meth:`TxnDeltaTable.claim` when a member is assigned the partition.
+
+Commit protocol of :meth:`TxnDeltaTable.commit` (DESIGN invariant 3): read one snapshot; every
+partition of the batch must still be owned by the caller's epoch (else ``FencedWriterError``, and
+nothing is written); per partition, the recorded offset decides: equal to the batch start → write
+the range; at or past the batch end → a replay, write nothing; in between → a partial replay, write
+only rows at or above it; below the batch start → records would be missing (``OffsetGapError``).
+Data files and all ``txn`` actions (offsets and owners, re-asserted) go into ONE commit built on
+that same snapshot, so a concurrent commit that touched any of these app ids makes ours fail
+(``CommitFailedError``) and we re-read and re-decide; two writers of a partition never both win.
+Thread safety: none; one instance per writer thread.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.transaction import Transaction
+
+from groupmgr.assignors.api import TopicPartition
+from pipelines.offsets import OffsetRange
+
+COMMIT_ATTEMPTS = 5
+
+
+class SinkError(RuntimeError):
+    condition = "SINK_ERROR"
+
+
+class FencedWriterError(SinkError):
+    """Another member has claimed a partition of this batch since we did; nothing was written."""
+
+    condition = "FENCED_WRITER"
+
+    def __init__(self, table: str, tp: TopicPartition, ours: int, recorded: int | None):
+        self.table, self.tp, self.ours, self.recorded = table, tp, ours, recorded
+        super().__init__(f"{table}: partition {tp.topic}-{tp.partition} is owned by epoch "
+                         f"{recorded}, this writer holds epoch {ours}; batch refused")
+
+
+class OffsetGapError(SinkError):
+    """The table ends below the batch start: writing would leave records out."""
+
+    condition = "OFFSET_GAP"
+
+    def __init__(self, table: str, rng: OffsetRange, recorded: int):
+        self.table, self.range, self.recorded = table, rng, recorded
+        super().__init__(f"{table}: {rng.topic}-{rng.partition} recorded up to {recorded} but the "
+                         f"batch starts at {rng.start}; records {recorded}..{rng.start - 1} would be lost")
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    table_version: int | None     # None when nothing needed committing (a full replay)
+    rows_written: int
+    rows_skipped: int             # rows already in the table (replay)
+    replayed: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    keep_from: dict[TopicPartition, int]   # partitions to write, rows with offset >= value
+    new_versions: dict[TopicPartition, int]
+    replayed: tuple[TopicPartition, ...]
+
+
+class TxnDeltaTable:
+    def __init__(self, path: str, app_id: str, schema: pa.Schema,
+                 partition_by: Sequence[str] = (), storage_options: Mapping[str, str] | None = None):
+        self.path, self.app_id, self.schema = str(path), app_id, schema
+        self.partition_by = list(partition_by)
+        self.storage_options = dict(storage_options or {})
+
+    # -- app ids -------------------------------------------------------------------------------
+    def offset_app_id(self, tp: TopicPartition) -> str:
+        return f"{self.app_id}:offset:{tp.topic}:{tp.partition}"
+
+    def owner_app_id(self, tp: TopicPartition) -> str:
+        return f"{self.app_id}:owner:{tp.topic}:{tp.partition}"
+
+    # -- reads ---------------------------------------------------------------------------------
+    def snapshot(self) -> DeltaTable:
+        """The latest snapshot; creates the (empty) table on first use."""
+        for _ in range(COMMIT_ATTEMPTS):
+            try:
+                return DeltaTable(self.path, storage_options=self.storage_options or None)
+            except TableNotFoundError:
+                self._create()
+        return DeltaTable(self.path, storage_options=self.storage_options or None)
+
+    def recorded_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        table = self.snapshot()
+        return {tp: table.transaction_version(self.offset_app_id(tp)) for tp in partitions}
+
+    # -- writes --------------------------------------------------------------------------------
+    def claim(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Become the writer of ``partitions``: bump each owner epoch in one commit and return
+        the new epochs. Any writer holding an older epoch is refused from now on."""
+        partitions = sorted(set(partitions))
+        for _ in range(COMMIT_ATTEMPTS):
+            table = self.snapshot()
+            epochs = {tp: (table.transaction_version(self.owner_app_id(tp)) or 0) + 1
+                      for tp in partitions}
+            txns = [self._txn(self.owner_app_id(tp), e) for tp, e in epochs.items()]
+            if not txns or self._try_write(table, self.schema.empty_table(), txns):
+                return epochs
+        raise SinkError(f"{self.path}: could not claim partitions after {COMMIT_ATTEMPTS} attempts")
+
+    def commit(self, rows: pa.Table, ranges: Sequence[OffsetRange],
+               epochs: Mapping[TopicPartition, int]) -> CommitResult:
+        """Write ``rows`` (which must carry topic/partition/offset columns) for ``ranges``."""
+        for attempt in range(COMMIT_ATTEMPTS):
+            table = self.snapshot()
+            self._check_owner(table, ranges, epochs)
+            plan = self._plan(table, ranges)
+            if not plan.new_versions:
+                return CommitResult(None, 0, rows.num_rows, plan.replayed)
+            selected = _select_rows(rows, plan.keep_from) if plan.replayed else rows
+            txns = [self._txn(self.offset_app_id(tp), v) for tp, v in plan.new_versions.items()]
+            txns += [self._txn(self.owner_app_id(tp), epochs[tp]) for tp in plan.new_versions]
+            if self._try_write(table, selected, txns):
+                return CommitResult(table.version() + 1, selected.num_rows,
+                                    rows.num_rows - selected.num_rows, plan.replayed)
+            time.sleep(0.05 * (attempt + 1))
+        raise SinkError(f"{self.path}: commit kept conflicting after {COMMIT_ATTEMPTS} attempts")
+
+    # -- internals -----------------------------------------------------------------------------
+    def _check_owner(self, table: DeltaTable, ranges, epochs) -> None:
+        for rng in ranges:
+            recorded = table.transaction_version(self.owner_app_id(rng.tp))
+            if recorded != epochs.get(rng.tp):
+                raise FencedWriterError(self.path, rng.tp, epochs.get(rng.tp, -1), recorded)
+
+    def _plan(self, table: DeltaTable, ranges: Sequence[OffsetRange]) -> _Plan:
+        keep_from, versions, replayed = {}, {}, []
+        for rng in ranges:
+            recorded = table.transaction_version(self.offset_app_id(rng.tp))
+            if recorded is not None and recorded >= rng.end:
+                replayed.append(rng.tp)
+                continue
+            if recorded is not None and recorded < rng.start:
+                raise OffsetGapError(self.path, rng, recorded)
+            keep_from[rng.tp] = rng.start if recorded is None else recorded
+            if recorded is not None and recorded > rng.start:
+                replayed.append(rng.tp)
+            versions[rng.tp] = rng.end
+        return _Plan(keep_from, versions, tuple(replayed))
+
+    def _try_write(self, table: DeltaTable, data: pa.Table, txns: list[Transaction]) -> bool:
+        try:
+            write_deltalake(table, data, mode="append",
+                            commit_properties=CommitProperties(app_transactions=txns))
+        except CommitFailedError:
+            return False
+        return True
+
+    def _create(self) -> None:
+        try:
+            write_deltalake(self.path, self.schema.empty_table(), mode="ignore",
+                            partition_by=self.partition_by or None,
+                            storage_options=self.storage_options or None)
+        except CommitFailedError:
+            pass  # another member created it first
+
+    @staticmethod
+    def _txn(app_id: str, version: int) -> Transaction:
+        return Transaction(app_id, int(version), int(time.time() * 1000))
+
+
+def _select_rows(rows: pa.Table, keep_from: Mapping[TopicPartition, int]) -> pa.Table:
+    """Rows of the partitions in ``keep_from`` whose offset is at or above the partition's value."""
+    if rows.num_rows == 0:
+        return rows
+    mask = pa.array([False] * rows.num_rows)
+    for tp, first in keep_from.items():
+        in_partition = pc.and_(pc.equal(rows["topic"], tp.topic),
+                               pc.equal(rows["partition"], tp.partition))
+        mask = pc.or_(mask, pc.and_(in_partition, pc.greater_equal(rows["offset"], first)))
+    return rows.filter(mask)

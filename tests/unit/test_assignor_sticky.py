@@ -1,0 +1,166 @@
+"""StickyAssignor: docstring example, ownership rules, balance, movement and speed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from groupmgr.assignors import StickyAssignor, Subscription, TopicPartition, run_assignor
+from groupmgr.assignors import sticky as sticky_module
+
+TP = TopicPartition
+ASSIGNOR = StickyAssignor()
+
+
+def assign(partitions_per_topic, subscriptions):
+    return run_assignor(ASSIGNOR, partitions_per_topic, subscriptions)
+
+
+def sub(*topics, owned=(), generation=-1, instance=None):
+    return Subscription(topics, owned_partitions=owned, generation_id=generation, group_instance_id=instance)
+
+
+def tps(topic, *partitions):
+    return [TP(topic, p) for p in partitions]
+
+
+def moved(before, after):
+    """Partitions taken from a member that is still in the group (new partitions and leavers' ones not counted)."""
+    owner = {tp: m for m, ps in before.items() for tp in ps}
+    return {tp for m, ps in after.items() for tp in ps if owner.get(tp, m) != m and owner[tp] in after}
+
+
+def rejoin(result, topics, generation=1):
+    return {m: sub(*topics, owned=ps, generation=generation) for m, ps in result.items()}
+
+
+def test_docstring_example_third_member_joins():
+    result = assign({"t": 6}, {
+        "C0": sub("t", owned=tps("t", 0, 1, 2), generation=3),
+        "C1": sub("t", owned=tps("t", 3, 4, 5), generation=3),
+        "C2": sub("t"),
+    })
+    assert result == {"C0": tps("t", 0, 1), "C1": tps("t", 3, 4), "C2": tps("t", 2, 5)}
+    doc = " ".join(sticky_module.__doc__.split())
+    assert "C0: [t0, t1]" in doc and "C1: [t3, t4]" in doc and "C2: [t2, t5]" in doc
+
+
+def test_cold_start_is_balanced_and_contiguous():
+    result = assign({"t": 7}, {m: sub("t") for m in ("a", "b", "c")})
+    assert result == {"a": tps("t", 0, 1, 2), "b": tps("t", 3, 4), "c": tps("t", 5, 6)}
+
+
+def test_same_members_again_moves_nothing():
+    first = assign({"t": 10, "u": 3}, {m: sub("t", "u") for m in ("a", "b", "c", "d")})
+    second = assign({"t": 10, "u": 3}, rejoin(first, ("t", "u")))
+    assert second == first
+
+
+def test_member_leaving_moves_only_its_partitions():
+    first = assign({"t": 12}, {m: sub("t") for m in ("a", "b", "c", "d")})
+    members = rejoin(first, ("t",))
+    del members["b"]
+    second = assign({"t": 12}, members)
+    assert moved(first, second) == set()
+    assert sorted(tp for m in ("a", "c", "d") for tp in second[m] if tp not in first[m]) == first["b"]
+
+
+def test_member_joining_takes_only_surplus():
+    first = assign({"t": 9}, {m: sub("t") for m in ("a", "b", "c")})
+    members = rejoin(first, ("t",))
+    members["d"] = sub("t")
+    second = assign({"t": 9}, members)
+    assert len(moved(first, second)) == 2  # 3,3,3 -> 3,2,2,2: d takes one from two members
+    assert sorted(len(ps) for ps in second.values()) == [2, 2, 2, 3]
+
+
+def test_extra_slot_goes_to_member_that_owns_more_than_the_floor():
+    # 7 partitions, 3 members: quotas 3,2,2. "c" owns 3, so it keeps all three.
+    result = assign({"t": 7}, {
+        "a": sub("t", owned=tps("t", 0), generation=1),
+        "b": sub("t", owned=tps("t", 1), generation=1),
+        "c": sub("t", owned=tps("t", 2, 3, 4), generation=1),
+    })
+    assert result["c"] == tps("t", 2, 3, 4)
+    assert len(result["a"]) == len(result["b"]) == 2
+
+
+def test_over_quota_member_keeps_lowest_partitions():
+    result = assign({"t": 4}, {"a": sub("t", owned=tps("t", 0, 1, 2, 3), generation=1), "b": sub("t")})
+    assert result == {"a": tps("t", 0, 1), "b": tps("t", 2, 3)}
+
+
+def test_higher_generation_wins_a_double_claim():
+    result = assign({"t": 2}, {
+        "old": sub("t", owned=tps("t", 0, 1), generation=4),
+        "new": sub("t", owned=tps("t", 0), generation=5),
+    })
+    assert result == {"new": tps("t", 0), "old": tps("t", 1)}
+
+
+def test_same_generation_double_claim_is_voided_but_still_assigned_once():
+    result = assign({"t": 4}, {
+        "a": sub("t", owned=tps("t", 0, 1), generation=5),
+        "b": sub("t", owned=tps("t", 1, 2), generation=5),
+    })
+    assert result["a"][0] == TP("t", 0) and result["b"][0] == TP("t", 2)
+    assert sorted(result["a"] + result["b"]) == tps("t", 0, 1, 2, 3)
+
+
+def test_claims_on_vanished_or_unsubscribed_partitions_are_ignored():
+    result = assign({"t": 2, "u": 2}, {
+        "a": sub("t", owned=[TP("t", 5), TP("u", 0), TP("gone", 0)], generation=2),
+        "b": sub("t", "u"),
+    })
+    assert TP("u", 0) not in result["a"]
+    assert sorted(result["a"] + result["b"]) == tps("t", 0, 1) + tps("u", 0, 1)
+
+
+def test_more_members_than_partitions_prefers_previous_owners():
+    result = assign({"t": 2}, {
+        "a": sub("t"), "b": sub("t"),
+        "y": sub("t", owned=tps("t", 1), generation=1), "z": sub("t", owned=tps("t", 0), generation=1),
+    })
+    assert result == {"a": [], "b": [], "y": tps("t", 1), "z": tps("t", 0)}
+
+
+def test_topics_without_metadata_are_skipped():
+    result = assign({"t": 3}, {"a": sub("t", "gone"), "b": sub("t"), "c": sub("gone")})
+    assert result["c"] == []
+    assert sorted(result["a"] + result["b"]) == tps("t", 0, 1, 2)
+    assert abs(len(result["a"]) - len(result["b"])) <= 1
+
+
+def test_uneven_subscriptions_kafka_javadoc_case_is_better_balanced_than_roundrobin():
+    result = assign({"t0": 1, "t1": 2, "t2": 3},
+                    {"C0": sub("t0"), "C1": sub("t0", "t1"), "C2": sub("t0", "t1", "t2")})
+    assert result == {"C0": tps("t0", 0), "C1": tps("t1", 0, 1), "C2": tps("t2", 0, 1, 2)}
+
+
+def test_uneven_subscriptions_equal_members_within_one():
+    members = {f"x{i}": sub("t") for i in range(3)}
+    members.update({f"y{i}": sub("t", "u") for i in range(4)})
+    result = assign({"t": 20, "u": 9}, members)
+    xs = [len(result[f"x{i}"]) for i in range(3)]
+    ys = [len(result[f"y{i}"]) for i in range(4)]
+    assert max(xs) - min(xs) <= 1 and max(ys) - min(ys) <= 1
+    assert max(xs + ys) - min(xs + ys) <= 1  # here perfect balance is reachable
+
+
+def test_uneven_subscriptions_rebalance_from_a_hoarder():
+    owned = tps("t", *range(10))
+    result = assign({"t": 10, "u": 2}, {"a": sub("t", owned=owned, generation=1), "b": sub("t", "u")})
+    assert sorted(len(ps) for ps in result.values()) == [6, 6]
+    assert result["a"] == tps("t", *range(6))  # a keeps its lowest partitions, gives up the rest
+
+
+@pytest.mark.parametrize("members, partitions", [(1000, 100_000), (10, 100_000), (1000, 1_000)])
+def test_large_groups_are_fast(members, partitions):
+    subscriptions = {f"member-{i:05d}": sub("t") for i in range(members)}
+    start = time.perf_counter()
+    first = ASSIGNOR.assign({"t": partitions}, subscriptions)
+    warm = ASSIGNOR.assign({"t": partitions}, rejoin(first, ("t",)))
+    elapsed = time.perf_counter() - start
+    assert warm == first
+    assert elapsed < 2.0  # each run is ~0.1-0.3 s on one core; generous for slow CI machines
