@@ -72,6 +72,12 @@ class NetworkException(_Coordinator):
     condition, error_code = "NETWORK_EXCEPTION", 13
 
 
+class UnstableOffsetCommit(GroupError):
+    """A transactional offset commit is pending for the partition; retry shortly."""
+
+    condition, error_code, retriable = "UNSTABLE_OFFSET_COMMIT", 88, True
+
+
 class RebalanceInProgress(GroupError):
     """The group is rebalancing: revoke, then rejoin. Not fenced: the generation was valid."""
 
@@ -148,6 +154,18 @@ class UnreleasedInstanceId(GroupError):
     condition, error_code = "UNRELEASED_INSTANCE_ID", 111
 
 
+class AuthenticationFailed(GroupError):
+    """SASL/SSL authentication with a broker failed (fatal: fix the security settings)."""
+
+    condition = "AUTHENTICATION_FAILED"
+
+
+class ClientError(GroupError):
+    """The client library failed in a way that is neither a broker error nor a lost connection."""
+
+    condition = "CLIENT_ERROR"
+
+
 class ProtocolDecodeError(GroupError):
     """Consumer-protocol bytes (subscription or assignment) could not be decoded."""
 
@@ -195,7 +213,7 @@ _BY_CODE: dict[int, type[GroupError]] = {
                 FencedInstanceId, MemberIdRequired, GroupAuthorizationFailed, TopicAuthorizationFailed,
                 InconsistentGroupProtocol, UnknownTopicOrPartition, OffsetMetadataTooLarge,
                 GroupMaxSizeReached, UnsupportedVersion, InvalidSessionTimeout, InvalidGroupId,
-                UnreleasedInstanceId)
+                UnreleasedInstanceId, UnstableOffsetCommit)
     if cls.error_code is not None
 }
 
@@ -226,3 +244,23 @@ def _kafka_name(code: int) -> str:
     cls = kafka_errors.kafka_errors.get(code)
     message = getattr(cls, "message", None)
     return str(message) if message else f"BROKER_ERROR_{code}"
+
+
+def translate_client_error(exc: BaseException, context: str = "") -> GroupError:
+    """Map a kafka-python client exception (no broker error code) to a ``GroupError``.
+
+    Lost connections, timeouts and unready nodes become ``CoordinatorUnreachable`` (retriable,
+    rediscover); authentication failures and version mismatches are fatal.
+    """
+    if isinstance(exc, GroupError):
+        return exc
+    text = f"{context}: {type(exc).__name__}: {exc}" if context else f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, (kafka_errors.SaslAuthenticationFailedError, kafka_errors.AuthorizationError,
+                        kafka_errors.UnsupportedSaslMechanismError)):
+        return AuthenticationFailed(text)
+    if isinstance(exc, kafka_errors.UnsupportedVersionError):
+        return UnsupportedVersion(text)
+    if isinstance(exc, (kafka_errors.RetriableError, kafka_errors.KafkaConnectionError,
+                        kafka_errors.UnknownBrokerIdError, ConnectionError, TimeoutError)):
+        return CoordinatorUnreachable(text)
+    return ClientError(text)

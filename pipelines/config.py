@@ -92,7 +92,7 @@ class KafkaConfig:
 
     bootstrap_servers: tuple[str, ...]
     security: SecurityConfig = SecurityConfig()
-    client_config: Mapping[str, str | Secret] = EMPTY
+    client_config: Mapping[str, str | Secret] = field(default_factory=lambda: EMPTY)
 
     @property
     def bootstrap_string(self) -> str:
@@ -276,7 +276,7 @@ class PipelineConfig:
     sink: SinkConfig
     trigger: TriggerConfig
     checkpoint_root: str
-    spark: Mapping[str, str | Secret] = field(default=EMPTY)
+    spark: Mapping[str, str | Secret] = field(default_factory=lambda: EMPTY)
     source_file: Path = Path(".")
 
     def spark_conf(self) -> dict[str, str]:
@@ -334,7 +334,7 @@ def main_validate(path: str | Path, show: bool = False) -> int:
     try:
         config = load_pipeline(path)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(str(exc), file=sys.stderr)
         return 2
     print(f"OK {config.summary()}")
     if show:

@@ -52,7 +52,7 @@ def _demo_config(bootstrap: str, data: Path):
     from pipelines.config import load_pipeline
 
     config = load_pipeline(DEMO_FILE)
-    kafka = dataclasses.replace(config.kafka, bootstrap_servers=bootstrap)
+    kafka = dataclasses.replace(config.kafka, bootstrap_servers=(bootstrap,))
     sink = dataclasses.replace(config.sink, path=str(data / "events"),
                                dead_letter_path=str(data / "events_dead_letters"))
     return dataclasses.replace(config, kafka=kafka, sink=sink,
@@ -87,7 +87,7 @@ def _run_until_complete(config, expected: int) -> int:
     from pipelines.spark_session import get_or_create_spark
 
     say("starting Spark with Delta Lake and the Kafka source ...")
-    spark = get_or_create_spark("scg-demo", dict(config.spark))
+    spark = get_or_create_spark("scg-demo", config.spark_conf())
     runner = PipelineRunner(config, spark, out=lambda line: print(line, flush=True))
     done = _all_recorded(runner, config, expected)
     deadline = time.monotonic() + FINISH_TIMEOUT_S

@@ -250,6 +250,9 @@ def _terminate(nodes, timeout_s: float = STOP_TIMEOUT_S) -> None:
     for pid in pids:
         if _pid_alive(pid):
             _signal_group(pid, signal.SIGKILL)
+    kill_deadline = time.monotonic() + 10
+    while time.monotonic() < kill_deadline and any(_pid_alive(p) for p in pids):
+        time.sleep(0.05)
     for pid in pids:
         _reap(pid)
 

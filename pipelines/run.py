@@ -22,7 +22,7 @@ def run_pipeline(config, stop: threading.Event | None = None, out=print) -> None
     stop = stop or threading.Event()
     out(f"[scg] starting pipeline {config.name}: group {config.group.id}, "
         f"topics {', '.join(config.topics) or config.topic_pattern}, table {config.sink.path}")
-    spark = get_or_create_spark(f"scg-{config.name}", dict(config.spark))
+    spark = get_or_create_spark(f"scg-{config.name}", config.spark_conf())
     runner = PipelineRunner(config, spark, out=out)
     with _stop_on_signals(stop):
         runner.run(stop)

@@ -158,7 +158,7 @@ def group_member_factory(config, listener):
 
     group = config.group
     member_config = MemberConfig(
-        bootstrap_servers=config.kafka.bootstrap_servers, group_id=group.id,
+        bootstrap_servers=list(config.kafka.bootstrap_servers), group_id=group.id,
         topics=resolve_topics(config), assignors=tuple(group.assignors),
         group_instance_id=group.instance_id, session_timeout_ms=group.session_timeout_ms,
         rebalance_timeout_ms=group.rebalance_timeout_ms,

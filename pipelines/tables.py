@@ -7,12 +7,12 @@ transform that does not analyse fails at start-up, not in the first batch.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from pipelines.batch_writer import apply_transform
-from pipelines.query import SourceOptions, Trigger
 from pipelines.records import RecordFormat, classify, dead_letters, good_rows
 from sinks.txn_table import TxnDeltaTable
 
@@ -36,12 +36,12 @@ class PipelineTables:
     record_format: RecordFormat
     table: TxnDeltaTable
     dead_table: TxnDeltaTable
-    source_options: SourceOptions
-    trigger: Trigger
+    source_options: Mapping[str, str]
+    trigger: Mapping
 
 
 def open_tables(config, spark) -> PipelineTables:
-    fmt = RecordFormat(config.format.type, getattr(config.format, "schema_ddl", None))
+    fmt = RecordFormat(config.format.type, config.format.schema_ddl())
     empty = spark.createDataFrame([], KAFKA_ROW_DDL)
     classified = classify(empty, fmt)
     output = apply_transform(good_rows(classified, fmt), config.transform)
@@ -52,22 +52,11 @@ def open_tables(config, spark) -> PipelineTables:
                           config.sink.partition_by)
     dead = TxnDeltaTable(config.sink.dead_letter_path, config.name,
                          arrow_schema(dead_letters(classified)))
-    return PipelineTables(fmt, table, dead, source_options(config), trigger(config))
+    options = {**config.kafka.spark_kafka_options(), **config.source.spark_options(),
+               "includeHeaders": "false"}
+    return PipelineTables(fmt, table, dead, options, config.trigger.spark_trigger_kwargs())
 
 
 def arrow_schema(df) -> pa.Schema:
     """The Arrow schema Spark's ``toArrow`` produces for ``df`` (timestamps in UTC)."""
     return df.limit(0).toArrow().schema
-
-
-def source_options(config) -> SourceOptions:
-    src = config.source
-    return SourceOptions(config.kafka.spark_kafka_options(), src.max_offsets_per_trigger,
-                         src.min_offsets_per_trigger, src.max_trigger_delay, src.fail_on_data_loss)
-
-
-def trigger(config) -> Trigger:
-    trig = config.trigger
-    if trig.available_now:
-        return Trigger(None, True)
-    return Trigger(trig.processing_time, False)

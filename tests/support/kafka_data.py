@@ -1,0 +1,68 @@
+"""Topic creation, producing and table read-back helpers for integration tests."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, replication: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, replication)])[topic].result(timeout=30)
+
+
+def produce(bootstrap: str, topic: str, records) -> set[tuple[str, int, int]]:
+    """Produce (key, value) pairs (bytes/str/None); return the set of (topic, partition, offset)."""
+    produced: set[tuple[str, int, int]] = set()
+
+    def on_delivery(err, msg):
+        if err is None:
+            produced.add((msg.topic(), msg.partition(), msg.offset()))
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                         "message.max.bytes": 4_000_000})
+    for key, value in records:
+        producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    return produced
+
+
+def json_events(n: int, start: int = 0):
+    return [(f"k{i % 17}", json.dumps({"id": i, "name": f"n{i}"})) for i in range(start, start + n)]
+
+
+def write_pipeline(path: Path, bootstrap: str, topic: str, group: str, table_dir: Path,
+                   extra: str = "") -> Path:
+    """A minimal JSON pipeline file for tests."""
+    path.write_text(textwrap.dedent(f"""\
+        name: test-{group}
+        kafka:
+          bootstrap_servers: {bootstrap}
+        topics: [{topic}]
+        group:
+          id: {group}
+          session_timeout: 6s
+          heartbeat_interval: 500ms
+        source:
+          starting_offsets: earliest
+        format:
+          type: json
+          schema: "id BIGINT, name STRING"
+        sink:
+          path: {table_dir / 'table'}
+          dead_letter_path: {table_dir / 'dead'}
+        trigger:
+          processing_time: 500ms
+        checkpoint_root: {table_dir / 'checkpoints'}
+        """) + extra)
+    return path
+
+
+def delta_coordinates(spark, path) -> list[tuple[str, int, int]]:
+    """All (topic, partition, offset) rows of a Delta table, read through delta-spark."""
+    rows = spark.read.format("delta").load(str(path)).select("topic", "partition", "offset").collect()
+    return [(r.topic, r.partition, r.offset) for r in rows]
