@@ -59,7 +59,7 @@ class ConfigError(Exception):
     """
 
     def __init__(self, file: str | Path, line: int, field_path: str, condition: Condition,
-                 detail: str, **params: Any) -> None:
+                 detail: str, /, **params: Any) -> None:
         self.file = str(file)
         self.line = line
         self.field_path = field_path
@@ -210,7 +210,10 @@ def _read(path: Path, file: str) -> bytes:
 
 def parse_yaml(data: bytes | str, file: str = "<string>") -> Node | None:
     """The single document in ``data`` as a :class:`Node` (None for an empty document)."""
-    loader = _LineLoader(data)
+    try:
+        loader = _LineLoader(data)
+    except yaml.YAMLError as exc:  # undecodable bytes fail in the reader
+        raise _syntax_error(file, exc) from None
     try:
         root = loader.get_single_node()
         if root is None:

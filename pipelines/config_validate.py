@@ -96,7 +96,7 @@ class Ctx:
     env: Mapping[str, str]
     assignor_lookup: AssignorLookup = default_assignor_lookup
 
-    def fail(self, line: int, path: str, condition: C, detail: str, **params: Any) -> NoReturn:
+    def fail(self, line: int, path: str, condition: C, detail: str, /, **params: Any) -> NoReturn:
         raise ConfigError(self.file, line, path, condition, detail, **params)
 
 

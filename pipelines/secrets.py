@@ -125,10 +125,10 @@ def file_secret(path: Path) -> Secret:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SecretFileNotFoundError(f"secret file {path} does not exist", path=str(path)) from None
+        raise SecretFileNotFoundError(f"secret file {path} does not exist", secret_file=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SecretFileUnreadableError(
-            f"cannot read secret file {path}: {type(exc).__name__}", path=str(path)) from None
+            f"cannot read secret file {path}: {type(exc).__name__}", secret_file=str(path)) from None
     return Secret(text.rstrip("\r\n"), source=f"file:{path}")
 
 

@@ -26,6 +26,7 @@ LOCAL_DEFAULTS = {
     "spark.driver.memory": "2g",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.session.timeZone": "UTC",
 }
 
 
@@ -40,6 +41,7 @@ def get_or_create_spark(app_name: str, settings: Mapping[str, str] | None = None
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName(app_name)
     merged = {**LOCAL_DEFAULTS, **(settings or {}), **DELTA_SETTINGS}
     if not _running_under_spark_submit():
