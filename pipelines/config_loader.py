@@ -182,8 +182,10 @@ def _line(node: yaml.Node) -> int:
 
 
 def _first_line(exc: BaseException) -> str:
-    problem = getattr(exc, "problem", None)
-    return str(problem or exc).strip().splitlines()[0]
+    """PyYAML's "context: problem" on one line (its str() spans several lines with snippets)."""
+    parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+    text = ": ".join(str(part).strip() for part in parts if part) or str(exc)
+    return " ".join(text.split())
 
 
 def _syntax_error(file: str, exc: yaml.YAMLError) -> ConfigError:

@@ -315,7 +315,7 @@ def _setting_value(ctx: Ctx, key: str, node: Node, path: str) -> str | Secret:
     if node.kind != "scalar" or not isinstance(node.value, str):
         wrong_type(ctx, node, path, "a ${ENV_VAR} reference", show=False)
     try:
-        return env_secret(node.value, ctx.env, key)
+        return env_secret(node.value, ctx.env, key, file_option=False)
     except SecretError as exc:
         _secret_failure(ctx, node.line, path, exc)
 

@@ -99,13 +99,16 @@ def _lookup(name: str, env: Mapping[str, str]) -> str:
     return env[name]
 
 
-def env_secret(text: str, env: Mapping[str, str], field: str) -> Secret:
-    """The secret named by ``text``, which must be exactly ``${NAME}``; anything else is inline."""
+def env_secret(text: str, env: Mapping[str, str], field: str, file_option: bool = True) -> Secret:
+    """The secret named by ``text``, which must be exactly ``${NAME}``; anything else is inline.
+
+    ``file_option`` says whether the message may suggest ``<field>_file`` as the alternative.
+    """
     match = _ENV_REF.fullmatch(text.strip())
     if match is None:
+        alternative = f" or {field}_file: /path" if file_option else ""
         raise InlineSecretError(
-            f"{field} must not be written inline; use ${{ENV_VAR}} or {field}_file: /path",
-            field=field)
+            f"{field} is a secret and must not be written inline; use ${{ENV_VAR}}{alternative}", field=field)
     name = match.group(1)
     return Secret(_lookup(name, env), source=f"env:{name}")
 

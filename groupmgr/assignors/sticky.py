@@ -54,32 +54,57 @@ def effective_topics(partitions_per_topic: Mapping[str, int], subscriptions: Map
     return [frozenset(t for t in subscriptions[m].topics if has_partitions(t)) for m in members]
 
 
-def resolve_owned(partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription],
-                  members: Sequence[str], topics: Sequence[frozenset[str]]) -> list[list[TopicPartition]]:
-    """Valid, conflict-free owned partitions per member index (highest generation wins, ties void)."""
+def _valid_claims(subscriptions: Mapping[str, Subscription], members: Sequence[str],
+                  topics: Sequence[frozenset[str]], universe: set[TopicPartition]) -> list[list[TopicPartition]]:
+    """Per member: its distinct claimed partitions that exist and that it still subscribes to.
+
+    Keeps the claim order (usually sorted already), which makes the final sort cheap.
+    """
+    every_topic = frozenset().union(*topics)
+    claims = []
+    for member_id, subscribed in zip(members, topics):
+        distinct = dict.fromkeys(subscriptions[member_id].owned_partitions)
+        if subscribed == every_topic:
+            claims.append([tp for tp in distinct if tp in universe])
+        else:
+            claims.append([tp for tp in distinct if tp in universe and tp.topic in subscribed])
+    return claims
+
+
+def _settle_conflicts(subscriptions: Mapping[str, Subscription], members: Sequence[str],
+                      claims: list[list[TopicPartition]]) -> list[list[TopicPartition]]:
+    """Give each claimed partition to its unique highest-generation claimer; a tie at the top voids it."""
     winner: dict[TopicPartition, int] = {}
     generation: dict[TopicPartition, int] = {}
     contested: set[TopicPartition] = set()
-    for index, member_id in enumerate(members):
-        subscription = subscriptions[member_id]
-        gen, subscribed = subscription.generation_id, topics[index]
-        for tp in subscription.owned_partitions:
-            if tp.topic not in subscribed or not 0 <= tp.partition < partitions_per_topic[tp.topic]:
-                continue
-            previous = winner.setdefault(tp, index)
-            if previous == index:
-                generation.setdefault(tp, gen)
-                generation[tp] = max(generation[tp], gen)
-            elif gen > generation[tp]:
+    for index, claimed in enumerate(claims):
+        gen = subscriptions[members[index]].generation_id
+        for tp in claimed:
+            best = generation.get(tp)
+            if best is None or gen > best:
                 winner[tp], generation[tp] = index, gen
                 contested.discard(tp)
-            elif gen == generation[tp]:
+            elif gen == best:
                 contested.add(tp)
     owned: list[list[TopicPartition]] = [[] for _ in members]
     for tp, index in winner.items():
         if tp not in contested:
             owned[index].append(tp)
     return owned
+
+
+def resolve_owned(subscriptions: Mapping[str, Subscription], members: Sequence[str],
+                  topics: Sequence[frozenset[str]], all_partitions: list[TopicPartition]) -> list[list[TopicPartition]]:
+    """Valid, conflict-free owned partitions per member index, in no particular order.
+
+    A claim is valid if the partition exists and the member subscribes to its
+    topic. In the common case (nobody claims a partition twice) the claims are
+    returned as they are; otherwise the highest generation wins and a tie voids.
+    """
+    claims = _valid_claims(subscriptions, members, topics, set(all_partitions))
+    if sum(map(len, claims)) == len(set().union(*claims)):
+        return claims
+    return _settle_conflicts(subscriptions, members, claims)
 
 
 def _quotas(owned_counts: Sequence[int], total: int) -> list[int]:
@@ -190,7 +215,7 @@ def sticky_assign(partitions_per_topic: Mapping[str, int], subscriptions: Mappin
         return {}
     topics = effective_topics(partitions_per_topic, subscriptions, members)
     all_partitions = [tp for t in sorted(set().union(*topics)) for tp in topic_partitions(t, partitions_per_topic[t])]
-    owned = resolve_owned(partitions_per_topic, subscriptions, members, topics)
+    owned = resolve_owned(subscriptions, members, topics, all_partitions)
     if all(t == topics[0] for t in topics):
         result = constrained_assign(all_partitions, owned)
     else:

@@ -1,0 +1,72 @@
+"""``MemberConfig``: the validated, immutable settings of one group member.
+
+Frozen dataclass; invalid values raise ``ValueError`` at construction (before anything starts);
+``client_kwargs`` (security settings, may hold passwords) are masked in ``repr``. Thread-safe.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+from groupmgr.assignors import PartitionAssignor, get_assignor
+from groupmgr.rebalance import JoinSpec
+
+
+@dataclass(frozen=True, repr=False)
+class MemberConfig:
+    """Validated, immutable member settings; ``client_kwargs`` values are masked in ``repr``.
+
+    ``assignors``: names (``get_assignor``) or instances, first = preferred; all are offered in
+    JoinGroup. ``client_kwargs``: kafka-python connection kwargs (security_protocol, sasl_*, ssl_*).
+    ``metadata_max_age_ms``: how often the leader re-checks partition counts (a change -> rejoin).
+    """
+
+    bootstrap_servers: str
+    group_id: str
+    topics: tuple[str, ...]
+    assignors: tuple[str | PartitionAssignor, ...] = ("range",)
+    group_instance_id: str | None = None
+    session_timeout_ms: int = 10000
+    rebalance_timeout_ms: int = 60000
+    heartbeat_interval_ms: int = 1000
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 1000
+    request_timeout_ms: int = 30000
+    metadata_max_age_ms: int = 30000
+    client_id: str = "scg-member"
+    rack_id: str | None = None
+    client_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("topics", "assignors"):
+            value = getattr(self, name)
+            if isinstance(value, (str, bytes)) or not isinstance(value, Iterable) or not tuple(value):
+                raise ValueError(f"MemberConfig.{name} must be a non-empty collection, got {value!r}")
+            object.__setattr__(self, name, tuple(value))
+        object.__setattr__(self, "client_kwargs", MappingProxyType(dict(self.client_kwargs)))
+        for name, value in (("bootstrap_servers", self.bootstrap_servers), ("group_id", self.group_id),
+                            ("client_id", self.client_id), *(("topics", t) for t in self.topics)):
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"MemberConfig.{name} must be non-empty strings, got {value!r}")
+        for name in ("session_timeout_ms", "rebalance_timeout_ms", "heartbeat_interval_ms",
+                     "retry_backoff_ms", "retry_backoff_max_ms", "request_timeout_ms", "metadata_max_age_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"MemberConfig.{name} must be a positive int, got {value!r}")
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError("MemberConfig.heartbeat_interval_ms must be lower than session_timeout_ms")
+
+    def __repr__(self) -> str:
+        shown = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "client_kwargs"}
+        masked = {key: "***" for key in self.client_kwargs}
+        return f"MemberConfig({', '.join(f'{k}={v!r}' for k, v in shown.items())}, client_kwargs={masked!r})"
+
+    def join_spec(self) -> JoinSpec:
+        """The JoinGroup settings, with assignor names resolved (raises UnknownAssignorError)."""
+        assignors = tuple(a if isinstance(a, PartitionAssignor) else get_assignor(a) for a in self.assignors)
+        names = [a.name for a in assignors]
+        if len(set(names)) != len(names):
+            raise ValueError(f"MemberConfig.assignors has duplicate protocol names: {names}")
+        return JoinSpec(self.group_id, self.topics, assignors, self.session_timeout_ms,
+                        self.rebalance_timeout_ms, self.group_instance_id, self.rack_id)

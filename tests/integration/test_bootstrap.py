@@ -1,0 +1,96 @@
+"""bin/bootstrap: idempotent and offline once cached; clear failures that leave nothing half-done."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from pipelines.paths import PROJECT_ROOT
+
+pytestmark = pytest.mark.integration
+BOOTSTRAP = PROJECT_ROOT / "bin" / "bootstrap"
+UNREACHABLE = "http://127.0.0.1:9/"
+
+
+def _run(env_extra: dict, cwd_root: Path = PROJECT_ROOT, path: str | None = None):
+    env = {**os.environ, **env_extra}
+    if path is not None:
+        env["PATH"] = path
+    return subprocess.run(["bash", str(cwd_root / "bin" / "bootstrap")], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _dead_maven_settings(tmp_path: Path) -> Path:
+    settings = tmp_path / "settings.xml"
+    settings.write_text(f"""<settings><mirrors><mirror><id>nowhere</id><mirrorOf>*</mirrorOf>
+        <url>{UNREACHABLE}</url></mirror></mirrors></settings>""")
+    return settings
+
+
+def test_second_run_is_a_no_op_without_network(tmp_path):
+    marker = PROJECT_ROOT / ".venv" / ".scg-installed"
+    before = marker.stat().st_mtime_ns
+    started = time.monotonic()
+    result = _run({"PIP_INDEX_URL": UNREACHABLE + "simple",
+                   "SCG_MAVEN_SETTINGS": str(_dead_maven_settings(tmp_path))})
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "" and result.stdout == ""
+    assert marker.stat().st_mtime_ns == before
+    assert (PROJECT_ROOT / ".scg" / "jars" / "broker").is_dir()
+    print(f"cached bootstrap took {elapsed:.2f}s")
+
+
+def test_jars_without_network_fail_clearly_and_keep_nothing(tmp_path):
+    cache = tmp_path / "cache"
+    result = _run({"SCG_CACHE_DIR": str(cache),
+                   "SCG_MAVEN_SETTINGS": str(_dead_maven_settings(tmp_path)),
+                   "MAVEN_OPTS": f"-Dmaven.repo.local={tmp_path / 'm2'}"})
+    assert result.returncode == 3
+    assert "Maven Central reachable" in result.stderr and "Nothing was kept" in result.stderr
+    assert not list(cache.glob("jars/*/.complete"))
+    assert not list(cache.glob("tmp.*"))
+    assert (PROJECT_ROOT / ".scg" / "jars" / "spark").is_dir()  # the working install is untouched
+
+
+def test_python_packages_without_network_fail_clearly_and_keep_nothing(tmp_path):
+    root = tmp_path / "clone"
+    for name in ("bin", "conf", "groupmgr", "pipelines", "sinks"):
+        shutil.copytree(PROJECT_ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy(PROJECT_ROOT / name, root / name)
+    result = _run({"PIP_INDEX_URL": UNREACHABLE + "simple", "PIP_NO_CACHE_DIR": "1",
+                   "PIP_RETRIES": "0", "PIP_TIMEOUT": "2", "PIP_FIND_LINKS": ""}, cwd_root=root)
+    assert result.returncode == 3
+    assert "PyPI reachable" in result.stderr and "Nothing was kept" in result.stderr
+    assert not (root / ".venv").exists()
+
+
+def _path_without_java(tmp_path: Path, fake_java: str | None = None) -> str:
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    for directory in os.environ["PATH"].split(os.pathsep):
+        for tool in Path(directory).glob("*") if Path(directory).is_dir() else []:
+            if tool.name != "java" and not (shim / tool.name).exists():
+                (shim / tool.name).symlink_to(tool)
+    if fake_java is not None:
+        (shim / "java").write_text(fake_java)
+        (shim / "java").chmod(0o755)
+    return str(shim)
+
+
+def test_missing_java_says_what_to_do(tmp_path):
+    result = _run({}, path=_path_without_java(tmp_path))
+    assert result.returncode == 3
+    assert "java not found" in result.stderr and "Java 17" in result.stderr
+
+
+def test_old_java_says_what_to_do(tmp_path):
+    fake = "#!/bin/sh\necho '    java.specification.version = 11' >&2\n"
+    result = _run({}, path=_path_without_java(tmp_path, fake_java=fake))
+    assert result.returncode == 3
+    assert "Java 17+ is required, found Java 11" in result.stderr
