@@ -64,6 +64,19 @@ def _kafka_python_value(text: str) -> Any:
         return text
 
 
+class _PicklableMappings:
+    """Mixin: MappingProxyType fields cannot be pickled, so pickle them as dicts and re-wrap."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        plain = {k: dict(v) if isinstance(v, MappingProxyType) else v for k, v in values.items()}
+        return (_rebuild, (type(self), plain))
+
+
+def _rebuild(cls: type, values: dict[str, Any]) -> Any:
+    return cls(**{k: MappingProxyType(v) if isinstance(v, dict) else v for k, v in values.items()})
+
+
 @dataclass(frozen=True)
 class SecurityConfig:
     """How every Kafka client authenticates; ``protocol`` is PLAINTEXT when the section is absent."""
@@ -87,7 +100,7 @@ class SecurityConfig:
 
 
 @dataclass(frozen=True)
-class KafkaConfig:
+class KafkaConfig(_PicklableMappings):
     """Brokers, security and extra client settings, mapped for each client library."""
 
     bootstrap_servers: tuple[str, ...]
@@ -262,7 +275,7 @@ class TriggerConfig:
 
 
 @dataclass(frozen=True)
-class PipelineConfig:
+class PipelineConfig(_PicklableMappings):
     """One validated pipeline spec. ``spark`` values that are secrets are :class:`Secret` s."""
 
     name: str

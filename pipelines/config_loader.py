@@ -71,6 +71,15 @@ class ConfigError(Exception):
     def __str__(self) -> str:
         return f"{self.file}:{self.line}: {self.field_path or '(document)'}: {self.detail}"
 
+    def __reduce__(self) -> tuple[Any, ...]:  # keep condition and params across processes
+        return (_rebuild_error, (self.file, self.line, self.field_path, self.condition.value,
+                                 self.detail, self.params))
+
+
+def _rebuild_error(file: str, line: int, field_path: str, condition: str, detail: str,
+                   params: dict[str, Any]) -> ConfigError:
+    return ConfigError(file, line, field_path, Condition(condition), detail, **params)
+
 
 @dataclass(frozen=True)
 class Node:

@@ -6,7 +6,8 @@ names (``groupmgr.assignors.get_assignor``, which may import a plug-in module).
 
 Rules: every mapping rejects unknown keys first (with a did-you-mean suggestion), then
 fields are read in document order of the schema. The first problem raises a
-:class:`ConfigError`; a missing field reports the line of its parent mapping, anything
+:class:`ConfigError`; a missing field reports the line of its parent mapping (the line of
+the key that opens it, e.g. ``group:``; the first key's line for the top level), anything
 else the line of the offending key or list item. Explicit ``null`` means "not given".
 """
 from __future__ import annotations

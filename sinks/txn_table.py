@@ -130,8 +130,8 @@ class TxnDeltaTable:
             selected = _select_rows(rows, plan.keep_from) if plan.replayed else rows
             txns = [self._txn(self.offset_app_id(tp), v) for tp, v in plan.new_versions.items()]
             txns += [self._txn(self.owner_app_id(tp), epochs[tp]) for tp in plan.new_versions]
-            if self._try_write(table, selected, txns):
-                return CommitResult(table.version() + 1, selected.num_rows,
+            if self._try_write(table, selected, txns):  # the write moves ``table`` to its commit
+                return CommitResult(table.version(), selected.num_rows,
                                     rows.num_rows - selected.num_rows, plan.replayed)
             time.sleep(0.05 * (attempt + 1))
         raise SinkError(f"{self.path}: commit kept conflicting after {COMMIT_ATTEMPTS} attempts")

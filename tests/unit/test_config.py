@@ -345,7 +345,6 @@ def test_java_only_client_settings_go_to_spark_only(tmp_path: Path):
     assert kafka.spark_kafka_options()["kafka.ssl.truststore.location"] == "/ts.jks"
     assert kafka.spark_kafka_options()["kafka.ssl.truststore.password"] == PASSWORD
     assert "ssl.truststore.location" not in kafka.confluent_config()
-    assert kafka.describe_secret_free() if hasattr(kafka, "describe_secret_free") else True
 
 
 def test_client_certificate_becomes_inline_pem_keystore_for_spark(tmp_path: Path):
@@ -421,3 +420,12 @@ def test_load_pipeline_uses_process_environment_by_default(monkeypatch):
     for key, value in ENV.items():
         monkeypatch.setenv(key, value)
     assert load_pipeline(EXAMPLES / "example-secure.yaml").kafka.security.sasl_username == os.environ["KAFKA_USER"]
+
+
+def test_config_survives_pickling_with_secrets(tmp_path: Path):
+    import pickle
+
+    config = _secure(tmp_path)
+    copy = pickle.loads(pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL))
+    assert copy.kafka.security.sasl_password.reveal() == PASSWORD
+    assert copy.describe() == config.describe()

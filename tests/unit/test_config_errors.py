@@ -133,3 +133,12 @@ def test_main_validate_prints_one_error_line_and_exits_2(capsys):
     assert out == ""
     assert err.count("\n") == 1
     assert err.startswith(f"{CASES / 'unknown_key_group.yaml'}:8: group.assignr: ")
+
+
+def test_config_error_survives_pickling():
+    import pickle
+
+    error = _load_error(CASES / "unknown_key_group.yaml")
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.condition, copy.field_path, copy.line, copy.params, str(copy)) == (
+        error.condition, error.field_path, error.line, error.params, str(error))

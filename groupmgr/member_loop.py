@@ -1,0 +1,262 @@
+"""The member thread's protocol driver: join, heartbeat, revoke, lose, rejoin, shut down.
+
+:class:`MemberLoop` runs on the member's single background thread (``run``). It shares one
+:class:`MemberStatus` with the public :class:`groupmgr.member.GroupMember` facade; every field of
+the status is guarded by ``status.cond``. Outcomes of heartbeats and commits are *recorded*
+(``rejoin_reason``, ``pending_fence``) and acted on by the loop's next step, so listener callbacks
+are only ever invoked from this thread, one at a time, in order.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from groupmgr.assignors import TopicPartition
+from groupmgr.coordinator_client import CoordinatorClient
+from groupmgr.errors import (FencedInstanceId, GroupError, ListenerError, MemberClosedError,
+                             RebalanceInProgress, SessionExpired, UnknownMemberId)
+from groupmgr.generation import NO_GENERATION, Generation, MemberState
+from groupmgr.heartbeat import HeartbeatTimer
+from groupmgr.listener import ListenerDispatcher
+from groupmgr.member_config import MemberConfig
+from groupmgr.rebalance import RebalanceRound, RoundResult, send_heartbeat, send_leave_group
+
+log = logging.getLogger(__name__)
+ENDED = (MemberState.CLOSED, MemberState.FAILED)
+
+
+@dataclass(eq=False)
+class MemberStatus:
+    """State shared by the member thread and callers; read and write only while holding ``cond``."""
+
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    wakeup: threading.Event = field(default_factory=threading.Event)
+    stopping: threading.Event = field(default_factory=threading.Event)
+    state: MemberState = MemberState.UNJOINED
+    generation: Generation = NO_GENERATION
+    member_id: str = ""
+    assignment: tuple[TopicPartition, ...] = ()
+    owned: tuple[tuple[TopicPartition, ...], int] = ((), -1)  # last owned partitions + their generation
+    rejoin_reason: str | None = "initial join"
+    pending_fence: GroupError | None = None
+    failure: BaseException | None = None
+    leader: RoundResult | None = None
+    abandon: bool = False
+    leave_on_close: bool = True
+
+    def update(self, **changes: object) -> None:
+        """Set fields atomically and wake every waiter."""
+        with self.cond:
+            for name, value in changes.items():
+                setattr(self, name, value)
+            self.cond.notify_all()
+
+
+class MemberLoop:
+    """Drives one member through the classic group protocol. Used by the member thread only."""
+
+    def __init__(self, config: MemberConfig, client: CoordinatorClient, status: MemberStatus,
+                 dispatcher: ListenerDispatcher, clock: Callable[[], float]) -> None:
+        self.config = config
+        self._spec = config.join_spec()
+        self._client = client
+        self._status = status
+        self._callbacks = dispatcher
+        self._clock = clock
+        self._timer = HeartbeatTimer(config.session_timeout_ms, config.heartbeat_interval_ms,
+                                     config.rebalance_timeout_ms, config.retry_backoff_ms, clock)
+        self._next_metadata_check = 0.0
+
+    def run(self) -> None:
+        """Bootstrap, then step until stopped; a fatal error is recorded in ``status.failure``."""
+        status = self._status
+        try:
+            self._client.retrying(lambda: self._client.transport.start(self._client.request_timeout_s),
+                                  deadline=float("inf"))
+            while not status.stopping.is_set():
+                self._step()
+        except MemberClosedError:
+            if not status.stopping.is_set():
+                self._record_failure(MemberClosedError("client closed"))
+        except BaseException as exc:  # noqa: BLE001 - recorded for raise_if_failed()
+            log.exception("group %s: member thread failed", self.config.group_id)
+            self._record_failure(exc)
+        finally:
+            self._shutdown()
+
+    # -- one step ------------------------------------------------------------------------------
+    def _step(self) -> None:
+        status = self._status
+        with status.cond:
+            fence, status.pending_fence = status.pending_fence, None
+            rejoin = status.rejoin_reason is not None
+        if fence is not None:
+            self._lose(fence)
+        elif rejoin:
+            self._rebalance()
+        else:
+            status.wakeup.wait(self._timer.time_to_next_heartbeat())
+            status.wakeup.clear()
+            if not status.stopping.is_set():
+                self._keep_alive()
+
+    def _keep_alive(self) -> None:
+        if self._timer.session_expired():
+            self._status.update(pending_fence=SessionExpired(
+                f"no heartbeat answer for {self.config.session_timeout_ms} ms"))
+        elif self._timer.should_heartbeat():
+            self.heartbeat()
+        if self._clock() >= self._next_metadata_check:
+            self._check_metadata()
+
+    def heartbeat(self) -> None:
+        """One heartbeat if in a generation; the outcome is recorded, never acted on here."""
+        generation = self._status.generation
+        if not generation.is_valid:
+            return
+        self._timer.sent()
+        try:
+            send_heartbeat(self._client, self.config.group_id, generation, self.config.group_instance_id,
+                           min(self._client.request_timeout_s, self.config.session_timeout_ms / 1000))
+            self._timer.received()
+        except GroupError as exc:
+            self._heartbeat_failed(generation, exc)
+
+    def _heartbeat_failed(self, generation: Generation, exc: GroupError) -> None:
+        if exc.retriable:
+            self._timer.failed()
+            return
+        self._timer.received()
+        status = self._status
+        with status.cond:
+            if generation != status.generation:
+                return
+            if isinstance(exc, RebalanceInProgress):
+                status.rejoin_reason = status.rejoin_reason or "rebalance in progress"
+            elif exc.fenced:
+                status.pending_fence = exc
+            else:
+                raise exc
+
+    def _check_metadata(self) -> None:
+        """Leader only: re-read partition counts; a change (e.g. new partitions) means rejoin."""
+        self._next_metadata_check = self._clock() + self.config.metadata_max_age_ms / 1000
+        with self._status.cond:
+            leader = self._status.leader
+            if leader is None or leader.generation != self._status.generation:
+                return
+        topics = sorted({t for s in leader.subscriptions.values() for t in s.topics})
+        counts = self._client.partition_counts(topics, self._client.deadline(self._client.request_timeout_s))
+        if dict(counts) != dict(leader.partition_counts):
+            log.info("group %s: partition counts changed %s -> %s; rejoining", self.config.group_id,
+                     dict(leader.partition_counts), counts)
+            self._status.update(rejoin_reason="partition counts changed")
+
+    # -- rebalance -----------------------------------------------------------------------------
+    def _rebalance(self) -> None:
+        """Revoke (generation still valid), then one JoinGroup/SyncGroup round."""
+        self._revoke()
+        status = self._status
+        with status.cond:
+            status.state, status.generation = MemberState.PREPARING_REBALANCE, NO_GENERATION
+            owned, owned_generation = status.owned
+            member_id = status.member_id
+        round_ = RebalanceRound(self._client, self._spec, member_id, owned, owned_generation)
+        try:
+            result = round_.run()
+        except GroupError as exc:
+            self._status.update(member_id=round_.member_id)
+            self._round_failed(exc)
+            return
+        self._install(result)
+
+    def _round_failed(self, exc: GroupError) -> None:
+        """Retry after backoff (retriable), at once (rebalance / fenced), or raise (fatal)."""
+        log.info("group %s: join round failed: %s", self.config.group_id, exc)
+        if isinstance(exc, FencedInstanceId) or not (exc.retriable or exc.fenced
+                                                      or isinstance(exc, RebalanceInProgress)):
+            raise exc
+        if isinstance(exc, UnknownMemberId):
+            self._status.update(member_id="")
+        if exc.retriable:
+            self._client.pause(1, float("inf"))
+
+    def _install(self, result: RoundResult) -> None:
+        generation = result.generation
+        self._status.update(generation=generation, member_id=generation.member_id,
+                            assignment=result.partitions, owned=(result.partitions, generation.generation_id),
+                            state=MemberState.COMPLETING_REBALANCE, rejoin_reason=None,
+                            leader=result if result.is_leader else None)
+        self._timer.reset()
+        self._next_metadata_check = self._clock() + self.config.metadata_max_age_ms / 1000
+        self._call_listener("on_assigned", generation, result.partitions)
+        with self._status.cond:
+            if self._status.generation == generation:
+                self._status.state = MemberState.STABLE
+                self._status.cond.notify_all()
+
+    def _revoke(self) -> None:
+        status = self._status
+        with status.cond:
+            partitions = status.assignment
+            if status.state is MemberState.STABLE:
+                status.state = MemberState.PREPARING_REBALANCE
+                status.cond.notify_all()
+        if partitions:
+            self._call_listener("on_revoked", partitions)
+        status.update(assignment=())
+
+    def _lose(self, error: GroupError) -> None:
+        """The generation is gone: invalidate it first, then on_fenced + on_revoked(lost), then rejoin."""
+        log.warning("group %s: generation lost: %s", self.config.group_id, error)
+        status = self._status
+        with status.cond:
+            partitions = status.assignment
+            status.assignment, status.generation, status.owned = (), NO_GENERATION, ((), -1)
+            status.state, status.rejoin_reason = MemberState.FENCED, f"fenced: {error.condition}"
+            if isinstance(error, (UnknownMemberId, SessionExpired)):
+                status.member_id = ""
+            status.cond.notify_all()
+        self._call_listener("on_fenced", error)
+        if partitions:
+            self._call_listener("on_revoked", partitions)
+        if isinstance(error, FencedInstanceId):
+            raise error
+
+    def _call_listener(self, hook: str, *args: object) -> None:
+        """Run a listener hook (bounded by the rebalance timeout), heartbeating while it runs."""
+        def next_beat() -> float | None:
+            return self._timer.time_to_next_heartbeat() if self._status.generation.is_valid else None
+
+        self._callbacks.call(hook, args, next_beat, self.heartbeat)
+
+    # -- the end -------------------------------------------------------------------------------
+    def _record_failure(self, exc: BaseException) -> None:
+        with self._status.cond:
+            self._status.failure = self._status.failure or exc
+        self._status.update(state=MemberState.FAILED)
+
+    def _shutdown(self) -> None:
+        """Revoke (on_revoked) and leave as configured, then close. ``_abandon`` skips both; after a
+        failure the listener still hears on_revoked (unless it is what failed)."""
+        status = self._status
+        with status.cond:
+            failure, owned, member_id = status.failure, status.assignment, status.member_id
+            revoke = not status.abandon and not isinstance(failure, ListenerError) and owned
+            leave = (not status.abandon and status.leave_on_close and member_id
+                     and not isinstance(failure, FencedInstanceId))
+        try:
+            if revoke:
+                self._call_listener("on_revoked", owned)
+            if leave:
+                send_leave_group(self._client, self.config.group_id, member_id, self.config.group_instance_id,
+                                 "closing", min(5.0, self._client.request_timeout_s))
+        except BaseException as exc:  # noqa: BLE001 - shutting down anyway; keep the first failure
+            log.warning("group %s: clean shutdown incomplete: %s", self.config.group_id, exc)
+        finally:
+            self._client.close()
+            self._callbacks.shutdown()
+            status.update(assignment=(), generation=NO_GENERATION,
+                          state=MemberState.FAILED if status.failure else MemberState.CLOSED)
