@@ -239,6 +239,7 @@ class FormatConfig:
 
     type: str = "json"
     schema: tuple[SchemaField, ...] = ()
+    max_value_bytes: int = 1024 * 1024  # longer values go to the dead-letter table (value_too_large)
 
     @property
     def field_names(self) -> tuple[str, ...]:

@@ -56,7 +56,7 @@ GROUP_KEYS = ("id", "assignor", "instance_id", "session_timeout", "heartbeat_int
               "rebalance_timeout")
 SOURCE_KEYS = ("starting_offsets", "max_offsets_per_trigger", "min_offsets_per_trigger",
                "max_trigger_delay", "fail_on_data_loss")
-FORMAT_KEYS = ("type", "schema")
+FORMAT_KEYS = ("type", "schema", "max_value_bytes")
 SINK_KEYS = ("path", "partition_by", "dead_letter_path")
 TRIGGER_KEYS = ("processing_time", "available_now")
 
@@ -541,13 +541,17 @@ def _format(ctx: Ctx, top: Section) -> FormatConfig:
     top.need("format", hint=" (json needs format.schema; use format: {type: raw} for raw bytes)")
     sec = top.section("format", FORMAT_KEYS)
     kind = as_enum(ctx, sec.get("type"), sec.sub("type"), FORMAT_TYPES) if sec.get("type") else "json"
+    limit_node = sec.get("max_value_bytes")
+    limit = (as_positive_int(ctx, limit_node, sec.sub("max_value_bytes")) if limit_node is not None
+             else FormatConfig.max_value_bytes)
     if kind == "raw":
         if sec.get("schema") is not None:
             ctx.fail(sec.get("schema").line, sec.sub("schema"), C.CONFLICTING_FIELDS,
                      "format type raw takes no schema", fields=("type", "schema"))
-        return FormatConfig(type="raw")
+        return FormatConfig(type="raw", max_value_bytes=limit)
     schema_node = sec.need("schema", hint=" (format type json needs a schema)")
-    return FormatConfig(type="json", schema=parse_schema(ctx, schema_node, sec.sub("schema")))
+    return FormatConfig(type="json", schema=parse_schema(ctx, schema_node, sec.sub("schema")),
+                        max_value_bytes=limit)
 
 
 def parse_schema(ctx: Ctx, node: Node, path: str) -> tuple[SchemaField, ...]:

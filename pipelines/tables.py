@@ -41,7 +41,7 @@ class PipelineTables:
 
 
 def open_tables(config, spark) -> PipelineTables:
-    fmt = RecordFormat(config.format.type, config.format.schema_ddl())
+    fmt = RecordFormat(config.format.type, config.format.schema_ddl(), config.format.max_value_bytes)
     empty = spark.createDataFrame([], KAFKA_ROW_DDL)
     classified = classify(empty, fmt)
     output = apply_transform(good_rows(classified, fmt), config.transform)

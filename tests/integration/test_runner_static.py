@@ -55,3 +55,37 @@ def test_records_land_once_and_restart_resumes_from_delta(bootstrap, spark, tmp_
     assert set(rows) == produced
     last_commit = members[-1].commits[-1][0]
     assert sum(last_commit.values()) <= 500 and all(isinstance(v, int) for v in last_commit.values())
+
+
+def test_bad_records_go_once_to_the_dead_letter_table(bootstrap, spark, tmp_path, unique_name):
+    topic = unique_name
+    create_topic(bootstrap, topic, 2)
+    good = [(None, '{"id": 1, "name": "no key"}'), ("k", '{"id": 2, "name": "ok"}'),
+            ("k", '{"id": 3}')]
+    bad = {"malformed_json": ("k", "{not json"), "schema_mismatch": ("k", '{"id": "x", "name": "y"}'),
+           "null_value": ("k", None), "value_too_large": ("k", '{"id": 4, "name": "' + "x" * 5000 + '"}')}
+    produced_good = produce(bootstrap, topic, good)
+    produced_bad = {reason: produce(bootstrap, topic, [record]) for reason, record in bad.items()}
+    config = load_pipeline(write_pipeline(tmp_path / "p.yaml", bootstrap, topic, unique_name, tmp_path,
+                                          extra="format: {type: json, schema: 'id BIGINT, name STRING', "
+                                                "max_value_bytes: 4096}\n"))
+    partitions = [TopicPartition(topic, p) for p in range(2)]
+    everything = produced_good.union(*produced_bad.values())
+
+    for _ in range(2):  # the second run replays nothing: the tables already hold every offset
+        runner = PipelineRunner(config, spark, out=lambda _: None,
+                                member_factory=lambda cfg, lst: StaticMember(lst, partitions))
+        _run_until(runner, _recorded_all(runner, partitions, everything))
+
+    assert sorted(delta_coordinates(spark, config.sink.path)) == sorted(produced_good)
+    dead = spark.read.format("delta").load(config.sink.dead_letter_path).collect()
+    assert len(dead) == len(bad)
+    by_reason = {r.reason: r for r in dead}
+    for reason, coords in produced_bad.items():
+        row = by_reason[reason]
+        assert {(row.topic, row.partition, row.offset)} == coords
+        assert row.key == b"k"
+        expected_value = bad[reason][1]
+        assert row.value == (None if expected_value is None else expected_value.encode())
+    keys = {r.id: r.key for r in spark.read.format("delta").load(config.sink.path).collect()}
+    assert keys == {1: None, 2: "k", 3: "k"}

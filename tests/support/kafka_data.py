@@ -49,16 +49,13 @@ def write_pipeline(path: Path, bootstrap: str, topic: str, group: str, table_dir
           heartbeat_interval: 500ms
         source:
           starting_offsets: earliest
-        format:
-          type: json
-          schema: "id BIGINT, name STRING"
         sink:
           path: {table_dir / 'table'}
           dead_letter_path: {table_dir / 'dead'}
         trigger:
           processing_time: 500ms
         checkpoint_root: {table_dir / 'checkpoints'}
-        """) + extra)
+        """) + (extra or 'format: {type: json, schema: "id BIGINT, name STRING"}\n'))
     return path
 
 

@@ -1,0 +1,206 @@
+"""A scripted, in-memory group coordinator for ONE group, at the ``Transport`` boundary.
+
+It receives the real kafka-python request objects the member builds and answers with real
+kafka-python response objects (so field names are checked against Kafka's schemas). It plays a
+simplified classic-group coordinator: MEMBER_ID_REQUIRED for a first dynamic join, generation and
+member checks on Sync/Heartbeat/Commit, leader = first joiner, "phantom" members that are part of
+every generation, and a protocol chosen as our first protocol every phantom supports.
+
+Scripting: ``inject(api, code, ...)`` makes the next calls of ``api`` answer with those error codes;
+``raise_next(api, exc)`` makes the next call raise ``exc`` (a lost connection);
+``move_coordinator(node)`` makes the old node answer NOT_COORDINATOR. Thread-safe (one lock).
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import defaultdict, deque
+from dataclasses import dataclass
+
+from kafka.protocol.consumer import (HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
+                                     OffsetCommitResponse, OffsetFetchResponse, SyncGroupResponse)
+from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
+
+from groupmgr.errors import CoordinatorUnreachable
+
+GROUP_APIS = {"JoinGroupRequest", "SyncGroupRequest", "HeartbeatRequest", "LeaveGroupRequest",
+              "OffsetCommitRequest", "OffsetFetchRequest"}
+
+
+@dataclass
+class Phantom:
+    member_id: str
+    protocols: dict[str, bytes]
+    instance_id: str | None = None
+
+
+class FakeCoordinator:
+    def __init__(self, partitions: dict[str, int]) -> None:
+        self.lock = threading.Lock()
+        self.partitions = dict(partitions)
+        self.node = 1
+        self.generation = 0
+        self.members: dict[str, str | None] = {}  # our member ids -> instance id
+        self.pending: set[str] = set()  # ids handed out with MEMBER_ID_REQUIRED
+        self.unreachable = False
+        self.last_sync_assignments: dict[str, bytes] = {}
+        self.phantoms: list[Phantom] = []
+        self.protocol: str | None = None
+        self.leader_is_phantom = False
+        self.follower_assignment = b""
+        self.rebalance_pending = False
+        self.offsets: dict[tuple[str, int], int] = {}
+        self.log: list[tuple[str, object, object]] = []  # (request name, node, request)
+        self._codes: dict[str, deque] = defaultdict(deque)
+        self._raises: dict[str, deque] = defaultdict(deque)
+        self._ids = itertools.count(1)
+        self.closed = False
+
+    # -- scripting -------------------------------------------------------------------------
+    def inject(self, api: str, *codes: int) -> None:
+        with self.lock:
+            self._codes[api + "Request"].extend(codes)
+
+    def raise_next(self, api: str, exc: BaseException) -> None:
+        with self.lock:
+            self._raises[api + "Request"].append(exc)
+
+    def move_coordinator(self, node: int) -> None:
+        with self.lock:
+            self.node = node
+
+    def requests(self, api: str) -> list:
+        with self.lock:
+            return [r for name, _, r in self.log if name == api + "Request"]
+
+    def nodes(self, api: str) -> list:
+        with self.lock:
+            return [n for name, n, _ in self.log if name == api + "Request"]
+
+    # -- Transport ---------------------------------------------------------------------------
+    def start(self, timeout_s: float) -> None:
+        pass
+
+    def add_coordinator(self, group_id: str, coordinator) -> str:
+        return f"coordinator-{coordinator.node_id}"
+
+    def close(self) -> None:
+        self.closed = True
+
+    def send(self, request, node_id, timeout_s: float):
+        with self.lock:
+            name = request.name
+            request.API_VERSION = min(request._max_version or request.max_version, request.max_version)
+            self.log.append((name, node_id, request))
+            if self._raises[name]:
+                raise self._raises[name].popleft()
+            if self.unreachable and name != "MetadataRequest":
+                raise CoordinatorUnreachable(f"fake: {name} unreachable")
+            version = request.API_VERSION
+            if name in GROUP_APIS and node_id != f"coordinator-{self.node}":
+                return self._error_response(name, 16, version)
+            if self._codes[name]:
+                return self._error_response(name, self._codes[name].popleft(), version)
+            return getattr(self, "_" + name)(request, version)
+
+    # -- handlers (lock held) ----------------------------------------------------------------
+    def _FindCoordinatorRequest(self, request, v):
+        coordinator = FindCoordinatorResponse.Coordinator(key=request.key, node_id=self.node, host="fake",
+                                                          port=9092, error_code=0, error_message=None)
+        return FindCoordinatorResponse(version=v, coordinators=[coordinator], node_id=self.node,
+                                       host="fake", port=9092, error_code=0)
+
+    def _MetadataRequest(self, request, v):
+        topics = [MetadataResponse.MetadataResponseTopic(
+            name=t.name, error_code=0 if t.name in self.partitions else 3,
+            partitions=[MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(partition_index=i)
+                        for i in range(self.partitions.get(t.name, 0))]) for t in request.topics]
+        return MetadataResponse(version=v, brokers=[], topics=topics)
+
+    def _JoinGroupRequest(self, r, v):
+        if not r.member_id and r.group_instance_id is None:
+            new_id = f"m-{next(self._ids)}"
+            self.pending.add(new_id)
+            return JoinGroupResponse(version=v, error_code=79, member_id=new_id)
+        if r.member_id and r.member_id not in self.members and r.member_id not in self.pending:
+            return JoinGroupResponse(version=v, error_code=25, member_id=r.member_id)
+        member_id = r.member_id or f"s-{next(self._ids)}"
+        self.members = {m: i for m, i in self.members.items() if i is None or i != r.group_instance_id}
+        self.members[member_id] = r.group_instance_id
+        self.pending.discard(member_id)
+        ours = {p.name: p.metadata for p in r.protocols}
+        self.protocol = next(n for n in ours if all(n in p.protocols for p in self.phantoms))
+        self.generation += 1
+        self.rebalance_pending = False
+        leader = self.phantoms[0].member_id if self.leader_is_phantom else member_id
+        members = [JoinGroupResponse.JoinGroupResponseMember(member_id=member_id, group_instance_id=r.group_instance_id,
+                                                            metadata=ours[self.protocol])]
+        members += [JoinGroupResponse.JoinGroupResponseMember(member_id=p.member_id, group_instance_id=p.instance_id,
+                                                             metadata=p.protocols[self.protocol]) for p in self.phantoms]
+        return JoinGroupResponse(version=v, error_code=0, generation_id=self.generation, protocol_type="consumer",
+                                 protocol_name=self.protocol, leader=leader, member_id=member_id,
+                                 members=members if leader == member_id else [])
+
+    def _check_member(self, member_id: str, generation: int, rebalance_matters: bool = True) -> int:
+        if member_id not in self.members:
+            return 25
+        if generation != self.generation:
+            return 22
+        return 27 if self.rebalance_pending and rebalance_matters else 0
+
+    def _SyncGroupRequest(self, r, v):
+        code = self._check_member(r.member_id, r.generation_id)
+        if code:
+            return SyncGroupResponse(version=v, error_code=code, assignment=b"")
+        self.last_sync_assignments = {a.member_id: a.assignment for a in r.assignments}
+        mine = self.last_sync_assignments.get(r.member_id, self.follower_assignment)
+        return SyncGroupResponse(version=v, error_code=0, protocol_type="consumer",
+                                 protocol_name=self.protocol, assignment=mine)
+
+    def _HeartbeatRequest(self, r, v):
+        return HeartbeatResponse(version=v, error_code=self._check_member(r.member_id, r.generation_id))
+
+    def _LeaveGroupRequest(self, r, v):
+        for m in r.members:
+            self.members.pop(m.member_id, None)
+        return LeaveGroupResponse(version=v, error_code=0, members=[])
+
+    def _OffsetCommitRequest(self, r, v):
+        code = self._check_member(r.member_id, r.generation_id_or_member_epoch, rebalance_matters=False)
+        topics = []
+        for t in r.topics:
+            for p in t.partitions:
+                if code == 0:
+                    self.offsets[(t.name, p.partition_index)] = p.committed_offset
+            topics.append(OffsetCommitResponse.OffsetCommitResponseTopic(name=t.name, partitions=[
+                OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
+                    partition_index=p.partition_index, error_code=code) for p in t.partitions]))
+        return OffsetCommitResponse(version=v, topics=topics)
+
+    def _OffsetFetchRequest(self, r, v):
+        group = OffsetFetchResponse.OffsetFetchResponseGroup
+        topic_cls = group.OffsetFetchResponseTopics
+        part_cls = topic_cls.OffsetFetchResponsePartitions
+        topics = [topic_cls(name=t.name, partitions=[part_cls(
+            partition_index=p, committed_offset=self.offsets.get((t.name, p), -1), metadata="",
+            error_code=0) for p in t.partition_indexes]) for t in r.groups[0].topics]
+        return OffsetFetchResponse(version=v, groups=[group(group_id=r.groups[0].group_id, topics=topics)])
+
+    def _error_response(self, name: str, code: int, v: int):
+        if name == "FindCoordinatorRequest":
+            c = FindCoordinatorResponse.Coordinator(key="", node_id=-1, host="", port=-1, error_code=code)
+            return FindCoordinatorResponse(version=v, coordinators=[c], error_code=code)
+        if name in ("OffsetCommitRequest", "OffsetFetchRequest"):
+            return self._partition_error(name, code, v)
+        cls = {"JoinGroupRequest": JoinGroupResponse, "SyncGroupRequest": SyncGroupResponse,
+               "HeartbeatRequest": HeartbeatResponse, "LeaveGroupRequest": LeaveGroupResponse}[name]
+        return cls(version=v, error_code=code)
+
+    def _partition_error(self, name: str, code: int, v: int):
+        if name == "OffsetFetchRequest":
+            group = OffsetFetchResponse.OffsetFetchResponseGroup
+            return OffsetFetchResponse(version=v, groups=[group(group_id="", error_code=code, topics=[])])
+        part = OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition
+        topic = OffsetCommitResponse.OffsetCommitResponseTopic(name="t", partitions=[part(partition_index=0,
+                                                                                         error_code=code)])
+        return OffsetCommitResponse(version=v, topics=[topic])

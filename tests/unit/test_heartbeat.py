@@ -1,0 +1,106 @@
+"""HeartbeatTimer with a fake clock: due times, backoff, session and poll expiry."""
+from __future__ import annotations
+
+import pytest
+
+from groupmgr.heartbeat import HeartbeatTimer
+
+
+class FakeClock:
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def timer(clock) -> HeartbeatTimer:
+    return HeartbeatTimer(session_timeout_ms=3000, heartbeat_interval_ms=1000, poll_timeout_ms=10000,
+                          retry_backoff_ms=100, clock=clock)
+
+
+def test_first_heartbeat_due_one_interval_after_reset(timer, clock):
+    assert not timer.should_heartbeat()
+    assert timer.time_to_next_heartbeat() == pytest.approx(1.0)
+    clock.advance(0.999)
+    assert not timer.should_heartbeat()
+    clock.advance(0.001)
+    assert timer.should_heartbeat()
+    assert timer.time_to_next_heartbeat() == 0.0
+
+
+def test_sent_schedules_next_interval(timer, clock):
+    clock.advance(1.0)
+    timer.sent()
+    assert timer.in_flight and timer.last_sent == clock.now
+    assert timer.time_to_next_heartbeat() == pytest.approx(1.0)
+
+
+def test_failed_retries_after_backoff_not_interval(timer, clock):
+    clock.advance(1.0)
+    timer.sent()
+    timer.failed()
+    assert not timer.in_flight
+    assert timer.time_to_next_heartbeat() == pytest.approx(0.1)
+
+
+def test_session_expires_without_received(timer, clock):
+    clock.advance(2.9)
+    assert not timer.session_expired()
+    clock.advance(0.1)
+    assert timer.session_expired()
+
+
+def test_received_extends_session(timer, clock):
+    clock.advance(2.5)
+    timer.received()
+    clock.advance(2.9)
+    assert not timer.session_expired()
+    clock.advance(0.2)
+    assert timer.session_expired()
+    assert timer.last_received == pytest.approx(102.5)
+
+
+def test_failed_heartbeats_do_not_extend_session(timer, clock):
+    for _ in range(31):
+        clock.advance(0.1)
+        timer.sent()
+        timer.failed()
+    assert timer.session_expired()
+
+
+def test_poll_timer(timer, clock):
+    clock.advance(9.0)
+    timer.poll()
+    clock.advance(9.9)
+    assert not timer.poll_timeout_expired()
+    assert timer.time_to_poll_timeout() == pytest.approx(0.1)
+    clock.advance(0.1)
+    assert timer.poll_timeout_expired()
+
+
+def test_reset_restarts_everything(timer, clock):
+    clock.advance(20.0)
+    assert timer.session_expired() and timer.poll_timeout_expired() and timer.should_heartbeat()
+    timer.reset()
+    assert not (timer.session_expired() or timer.poll_timeout_expired() or timer.should_heartbeat())
+
+
+def test_explicit_now_overrides_clock(timer, clock):
+    assert timer.should_heartbeat(now=clock.now + 1.0)
+    assert not timer.should_heartbeat()
+
+
+@pytest.mark.parametrize("session, interval, poll", [(1000, 1000, 5000), (1000, 0, 5000), (0, 1, 1), (1000, 100, 0)])
+def test_invalid_timeouts_rejected(session, interval, poll):
+    with pytest.raises(ValueError):
+        HeartbeatTimer(session, interval, poll)
