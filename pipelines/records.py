@@ -46,10 +46,11 @@ def classify(kafka_rows: DataFrame, fmt: RecordFormat) -> DataFrame:
     parse_schema = f"{fmt.schema_ddl}, {CORRUPT} STRING"
     parsed = F.from_json(value_text, parse_schema,
                          {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
-    is_object = F.from_json(value_text, "MAP<STRING, STRING>").isNotNull()
-    rows = kafka_rows.select(*base, parsed.alias("_parsed"), is_object.alias("_is_object"))
-    reason = _reason(fmt, F.col(f"_parsed.{CORRUPT}"), F.col("_is_object"))
-    return rows.select("*", reason.alias(REASON))
+    rows = kafka_rows.select(*base, parsed.alias("_parsed"))
+    corrupt = F.col(f"_parsed.{CORRUPT}")
+    # Parsed a second time only when the first parse failed: object with wrong types, or not JSON?
+    is_object = F.when(corrupt.isNotNull(), F.from_json(value_text, "MAP<STRING, STRING>").isNotNull())
+    return rows.select("*", _reason(fmt, corrupt, is_object).alias(REASON))
 
 
 def _reason(fmt: RecordFormat, corrupt: Column | None, is_object: Column | None) -> Column:

@@ -26,11 +26,14 @@ with 6 partitions; C0 owned [t0, t1, t2], C1 owned [t3, t4, t5]; C2 joins::
     C2: [t2, t5]
 
 Uneven subscriptions (best effort): all valid claims are kept, unowned
-partitions go one by one to the least-loaded subscriber (topics with the
-fewest subscribers first), then partitions move from a member to a
+partitions go to the least-loaded subscribers (topics with the fewest
+subscribers first, "water filling"), then partitions move from a member to a
 less-loaded subscriber of the same topic while their counts differ by two or
-more (newly assigned partitions move before owned ones). At the fixed point,
-members with equal subscriptions differ by at most one partition.
+more (newly assigned partitions move before owned ones). At that fixed point
+members with equal subscriptions differ by at most one partition; the group
+as a whole may not reach the best possible balance when that would need a
+chain of moves through members with other subscriptions. Cost:
+O(P log P + T*M) plus O(log M) per move.
 
 Always: every partition of a subscribed topic with metadata is assigned
 exactly once, only to a subscriber; the result does not depend on the

@@ -189,9 +189,9 @@ def test_sticky_member_leaving_moves_only_its_partitions(group, data):
 
 
 @st.composite
-def groups_with_claims(draw):
-    """Equal subscriptions plus arbitrary (overlapping, stale, out-of-range) owned partitions."""
-    counts, subscriptions = draw(groups(equal_subscriptions=True))
+def groups_with_claims(draw, equal_subscriptions=True):
+    """A group plus arbitrary (overlapping, stale, out-of-range, unsubscribed) owned partitions."""
+    counts, subscriptions = draw(groups(equal_subscriptions=equal_subscriptions))
     pool = [TP(t, p) for t in TOPIC_POOL for p in range(14)]
     claimed = {}
     for member_id, s in subscriptions.items():
@@ -219,10 +219,11 @@ def test_sticky_with_arbitrary_claims_is_valid_balanced_and_keeps_up_to_the_floo
 
 
 @PROPS
-@given(group=groups(min_members=2))
-def test_sticky_uneven_members_with_equal_subscriptions_within_one(group):
+@given(group=groups_with_claims(equal_subscriptions=False), seed=st.integers(0, 2**32))
+def test_sticky_uneven_members_with_equal_subscriptions_within_one(group, seed):
     counts, subscriptions = group
-    result = StickyAssignor().assign(counts, subscriptions)
+    result = run_assignor(StickyAssignor(), counts, subscriptions)
+    assert result == run_assignor(StickyAssignor(), shuffled(counts, seed), shuffled(subscriptions, seed))
     by_topics = {}
     for member_id, s in subscriptions.items():
         key = frozenset(t for t in s.topics if counts.get(t, 0) > 0)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import time
+from collections import Counter
 
 import pytest
 
@@ -164,3 +166,37 @@ def test_large_groups_are_fast(members, partitions):
     elapsed = time.perf_counter() - start
     assert warm == first
     assert elapsed < 2.0  # each run is ~0.1-0.3 s on one core; generous for slow CI machines
+
+
+# --- general (uneven subscriptions) path ---
+
+def greedy_one_by_one(counts, members, units):
+    counts = list(counts)
+    given = Counter()
+    for _ in range(units):
+        index = min(members, key=lambda i: (counts[i], i))
+        counts[index] += 1
+        given[index] += 1
+    return given
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_water_fill_equals_handing_out_one_at_a_time(seed):
+    rnd = random.Random(seed)
+    counts = [rnd.randint(0, 6) for _ in range(rnd.randint(1, 8))]
+    members = sorted(rnd.sample(range(len(counts)), rnd.randint(1, len(counts))))
+    units = rnd.randint(0, 25)
+    filled = {i: n for i, n in sticky_module.water_fill(counts, members, units) if n}
+    assert filled == dict(greedy_one_by_one(counts, members, units))
+
+
+def test_hoarder_with_uneven_subscriptions_is_spread_fast():
+    members = {f"m{i:04d}": sub("t") if i % 2 else sub("t", "u") for i in range(1000)}
+    everything = tps("t", *range(50_000)) + tps("u", *range(50_000))
+    members["m0000"] = sub("t", "u", owned=everything, generation=1)
+    start = time.perf_counter()
+    result = assign({"t": 50_000, "u": 50_000}, members)
+    assert time.perf_counter() - start < 3.0
+    sizes = Counter(len(ps) for ps in result.values())
+    assert min(sizes) >= 99 and max(sizes) <= 101
+    assert 99 <= len(result["m0000"]) <= 101  # it keeps a fair share of what it owned

@@ -1,0 +1,339 @@
+"""GroupMember edge cases against a scripted fake coordinator (mocked only at the Transport boundary).
+
+Every wait is an event/condition with a deadline; nothing sleeps for synchronisation.
+"""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from groupmgr.assignors import PartitionAssignor, Subscription, TopicPartition as TP
+from groupmgr.assignors.errors import AssignorFailedError, InvalidAssignmentError
+from groupmgr.consumer_protocol import decode_assignment, encode_assignment, encode_subscription
+from groupmgr.errors import (CoordinatorUnreachable, FencedInstanceId, IllegalGeneration, ListenerError,
+                             MemberClosedError, SessionExpired, StaleGenerationError, UnknownMemberId)
+from groupmgr.generation import MemberState
+from groupmgr.member import GroupMember, MemberConfig
+from tests.unit.fake_coordinator import FakeCoordinator, Phantom
+
+ALL = (TP("t", 0), TP("t", 1), TP("t", 2), TP("u", 0))
+WAIT = 5.0
+
+
+class Recorder:
+    """Records listener calls; ``wait`` blocks (bounded) until a predicate over the events holds."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+        self.cond = threading.Condition()
+        self.hooks: dict[str, object] = {}
+
+    def _add(self, event: tuple) -> None:
+        hook = self.hooks.get(event[0])
+        if hook:
+            hook(*event[1:])
+        with self.cond:
+            self.events.append(event)
+            self.cond.notify_all()
+
+    def on_revoked(self, partitions):
+        self._add(("revoked", partitions))
+
+    def on_assigned(self, generation, partitions):
+        self._add(("assigned", generation, partitions))
+
+    def on_fenced(self, error):
+        self._add(("fenced", error))
+
+    def wait(self, predicate, timeout: float = WAIT) -> bool:
+        with self.cond:
+            return self.cond.wait_for(lambda: predicate(self.events), timeout)
+
+    def kinds(self) -> list[str]:
+        with self.cond:
+            return [e[0] for e in self.events]
+
+    def assigned_generations(self) -> list[int]:
+        with self.cond:
+            return [e[1].generation_id for e in self.events if e[0] == "assigned"]
+
+
+def config(**overrides) -> MemberConfig:
+    base = dict(bootstrap_servers="fake:9092", group_id="g", topics=("t", "u"), session_timeout_ms=600,
+                heartbeat_interval_ms=20, rebalance_timeout_ms=3000, retry_backoff_ms=5,
+                retry_backoff_max_ms=20, request_timeout_ms=1000, metadata_max_age_ms=60000)
+    return MemberConfig(**{**base, **overrides})
+
+
+@pytest.fixture
+def fake() -> FakeCoordinator:
+    return FakeCoordinator({"t": 3, "u": 1})
+
+
+@pytest.fixture
+def started(fake):
+    members: list[GroupMember] = []
+
+    def start(recorder: Recorder | None = None, **overrides) -> tuple[GroupMember, Recorder]:
+        recorder = recorder or Recorder()
+        member = GroupMember(config(**overrides), recorder, transport=fake).start()
+        members.append(member)
+        return member, recorder
+
+    yield start
+    for member in members:
+        member.close(timeout_s=5)
+
+
+def gen_at_least(n: int):
+    return lambda events: any(e[0] == "assigned" and e[1].generation_id >= n for e in events)
+
+
+def test_first_join_repeats_with_member_id_from_member_id_required(fake, started):
+    member, rec = started()
+    assert member.wait_until_stable(WAIT)
+    joins = fake.requests("JoinGroup")
+    assert [j.member_id for j in joins] == ["", "m-1"]
+    assert member.generation.member_id == "m-1" and member.generation.generation_id == 1
+    assert member.assignment == ALL and member.is_leader
+    assert rec.kinds() == ["assigned"]
+
+
+def test_not_coordinator_on_heartbeat_rediscovers_without_rebalance(fake, started):
+    member, rec = started()
+    assert member.wait_until_stable(WAIT)
+    fake.move_coordinator(2)
+    assert rec.wait(lambda _: "coordinator-2" in fake.nodes("Heartbeat"))
+    assert len(fake.requests("FindCoordinator")) == 2
+    assert member.generation.generation_id == 1 and rec.kinds() == ["assigned"]
+
+
+def test_lost_connection_on_heartbeat_rediscovers(fake, started):
+    member, rec = started()
+    assert member.wait_until_stable(WAIT)
+    fake.raise_next("Heartbeat", CoordinatorUnreachable("reset by peer"))
+    assert rec.wait(lambda _: len(fake.requests("FindCoordinator")) == 2)
+    assert member.state is MemberState.STABLE and member.generation.generation_id == 1
+
+
+def test_rebalance_in_progress_during_sync_rejoins(fake, started):
+    fake.inject("SyncGroup", 27)
+    member, rec = started()
+    assert member.wait_until_stable(WAIT)
+    assert len(fake.requests("JoinGroup")) == 3  # MEMBER_ID_REQUIRED, joined gen 1, rejoined gen 2
+    assert rec.assigned_generations() == [2]
+
+
+def test_illegal_generation_on_heartbeat_fences_then_rejoins_keeping_member_id(fake, started):
+    member, rec = started()
+    assert member.wait_until_stable(WAIT)
+    fake.inject("Heartbeat", 22)
+    assert rec.wait(gen_at_least(2))
+    assert rec.kinds() == ["assigned", "fenced", "revoked", "assigned"]
+    assert isinstance(rec.events[1][1], IllegalGeneration)
+    assert rec.events[2][1] == ALL
+    assert fake.requests("JoinGroup")[-1].member_id == "m-1"
+
+
+def test_unknown_member_id_on_heartbeat_rejoins_with_new_member_id(fake, started):
+    member, rec = started()
+    assert member.wait_until_stable(WAIT)
+    fake.inject("Heartbeat", 25)
+    assert rec.wait(gen_at_least(2))
+    assert isinstance(rec.events[1][1], UnknownMemberId)
+    assert [j.member_id for j in fake.requests("JoinGroup")][-2:] == ["", "m-2"]
+
+
+def test_rebalance_in_progress_on_heartbeat_revokes_with_commit_then_reassigns(fake, started):
+    rec = Recorder()
+    member_box: list[GroupMember] = []
+    rec.hooks["revoked"] = lambda parts: member_box[0].commit_offsets({TP("t", 0): 42})
+    member, _ = started(rec)
+    member_box.append(member)
+    assert member.wait_until_stable(WAIT)
+    with fake.lock:
+        fake.rebalance_pending = True
+    assert rec.wait(gen_at_least(2))
+    assert rec.kinds() == ["assigned", "revoked", "assigned"]
+    commit = fake.requests("OffsetCommit")[0]
+    assert commit.generation_id_or_member_epoch == 1 and fake.offsets[("t", 0)] == 42
+
+
+def test_slow_on_revoked_keeps_heartbeating_until_released(fake, started):
+    release = threading.Event()
+    rec = Recorder()
+    rec.hooks["revoked"] = lambda parts: release.wait(WAIT)
+    member, _ = started(rec)
+    assert member.wait_until_stable(WAIT)
+    with fake.lock:
+        fake.rebalance_pending = True
+    before = len(fake.requests("Heartbeat"))
+    # 40 heartbeats at 20 ms span more than the 600 ms session timeout
+    assert rec.wait(lambda _: len(fake.requests("Heartbeat")) >= before + 40, timeout=WAIT)
+    release.set()
+    assert rec.wait(gen_at_least(2))
+    assert "fenced" not in rec.kinds()
+    assert fake.requests("JoinGroup")[-1].member_id == "m-1"
+
+
+def test_commit_with_stale_generation_raises_and_fences_once(fake, started):
+    member, rec = started(heartbeat_interval_ms=500)
+    assert member.wait_until_stable(WAIT)
+    with fake.lock:
+        fake.generation = 7  # the group moved on without us
+    with pytest.raises(StaleGenerationError) as info:
+        member.commit_offsets({TP("t", 1): 5})
+    assert info.value.fenced and isinstance(info.value.cause, IllegalGeneration)
+    assert rec.wait(gen_at_least(8))
+    assert rec.kinds().count("fenced") == 1 and ("t", 1) not in fake.offsets
+
+
+def test_commit_rebalance_in_progress_is_stale_but_not_fenced(fake, started):
+    member, rec = started(heartbeat_interval_ms=500)
+    assert member.wait_until_stable(WAIT)
+    fake.inject("OffsetCommit", 27)
+    with pytest.raises(StaleGenerationError) as info:
+        member.commit_offsets({TP("t", 1): 5})
+    assert not info.value.fenced
+    assert rec.wait(gen_at_least(2))
+    assert rec.kinds() == ["assigned", "revoked", "assigned"]
+
+
+def test_commit_retries_on_not_coordinator_then_succeeds(fake, started):
+    member, rec = started()
+    assert member.wait_until_stable(WAIT)
+    fake.inject("OffsetCommit", 16)
+    member.commit_offsets({TP("u", 0): 9}, metadata="m")
+    assert fake.offsets[("u", 0)] == 9
+    assert member.committed([TP("u", 0), TP("t", 2)]) == {TP("u", 0): member.committed([TP("u", 0)])[TP("u", 0)]}
+    assert member.committed([TP("u", 0)])[TP("u", 0)].offset == 9
+
+
+def test_commit_without_generation_is_rejected_locally(fake):
+    member = GroupMember(config(), Recorder(), transport=fake)
+    with pytest.raises(StaleGenerationError):
+        member.commit_offsets({TP("t", 0): 1})
+    assert fake.requests("OffsetCommit") == []
+
+
+class Broken(PartitionAssignor):
+    name = "broken"
+
+    def assign(self, partitions_per_topic, subscriptions):
+        raise RuntimeError("boom")
+
+
+class Duplicating(PartitionAssignor):
+    name = "dup"
+
+    def assign(self, partitions_per_topic, subscriptions):
+        return {m: [TP("t", 0)] for m in subscriptions}
+
+
+@pytest.mark.parametrize("assignor, error", [(Broken(), AssignorFailedError), (Duplicating(), InvalidAssignmentError)])
+def test_leader_sends_nothing_when_assignor_fails(fake, started, assignor, error):
+    fake.phantoms.append(Phantom("p-1", {assignor.name: encode_subscription(Subscription(("t",)))}))
+    member, rec = started(assignors=(assignor,))
+    with pytest.raises(error):
+        member.wait_until_stable(WAIT)
+    assert fake.requests("SyncGroup") == []
+    assert member.state is MemberState.FAILED and rec.kinds() == []
+    with pytest.raises(error):
+        member.raise_if_failed()
+
+
+def test_leader_assigns_phantoms_with_protocol_all_support(fake, started):
+    fake.phantoms.append(Phantom("p-1", {"roundrobin": encode_subscription(Subscription(("t", "u")))}))
+    member, rec = started(assignors=("range", "roundrobin"))
+    assert member.wait_until_stable(WAIT)
+    assert member.generation.protocol_name == "roundrobin"
+    sent = {m: decode_assignment(b).partitions for m, b in fake.last_sync_assignments.items()}
+    assert set(sent) == {"m-1", "p-1"}
+    assert sorted(sent["m-1"] + sent["p-1"]) == list(ALL)
+    assert member.assignment == sent["m-1"]
+
+
+def test_follower_sends_empty_sync_and_decodes_its_assignment(fake, started):
+    fake.phantoms.append(Phantom("a-leader", {"range": encode_subscription(Subscription(("t",)))}))
+    fake.leader_is_phantom = True
+    fake.follower_assignment = encode_assignment([TP("t", 2), TP("u", 0)])
+    member, rec = started()
+    assert member.wait_until_stable(WAIT)
+    assert member.assignment == (TP("t", 2), TP("u", 0)) and not member.is_leader
+    assert list(fake.requests("SyncGroup")[-1].assignments) == []
+
+
+def test_unreachable_coordinator_expires_session_then_rejoins(fake, started):
+    member, rec = started()
+    assert member.wait_until_stable(WAIT)
+    with fake.lock:
+        fake.unreachable = True
+    assert rec.wait(lambda ev: "revoked" in [e[0] for e in ev])
+    assert isinstance(rec.events[1][1], SessionExpired) and member.generation.generation_id == -1
+    with fake.lock:
+        fake.unreachable = False
+    assert rec.wait(gen_at_least(2))
+
+
+def test_partition_count_change_makes_leader_rejoin(fake, started):
+    member, rec = started(metadata_max_age_ms=30)
+    assert member.wait_until_stable(WAIT)
+    with fake.lock:
+        fake.partitions["u"] = 3
+    assert rec.wait(gen_at_least(2))
+    assert set(member.assignment) == set(ALL) | {TP("u", 1), TP("u", 2)}
+
+
+def test_fenced_instance_id_is_fatal_and_does_not_leave(fake, started):
+    member, rec = started(group_instance_id="i-1")
+    assert member.wait_until_stable(WAIT)
+    fake.inject("Heartbeat", 82)
+    assert rec.wait(lambda ev: "revoked" in [e[0] for e in ev])
+    with pytest.raises(FencedInstanceId):
+        member.wait_until_stable(WAIT)
+    assert fake.requests("LeaveGroup") == []
+
+
+def test_listener_error_is_fatal(fake, started):
+    rec = Recorder()
+    rec.hooks["assigned"] = lambda gen, parts: 1 / 0
+    member, _ = started(rec)
+    with pytest.raises(ListenerError) as info:
+        member.wait_until_stable(WAIT)
+    assert isinstance(info.value.cause, ZeroDivisionError)
+    assert len(fake.requests("LeaveGroup")) == 1  # a failed dynamic member gets out of the way
+
+
+@pytest.mark.parametrize("instance, leave, expect_leave", [
+    (None, None, True), ("i-1", None, False), ("i-1", True, True), (None, False, False)])
+def test_close_revokes_and_leaves_as_configured(fake, started, instance, leave, expect_leave):
+    member, rec = started(group_instance_id=instance)
+    assert member.wait_until_stable(WAIT)
+    member.close(leave_group=leave, timeout_s=5)
+    assert member.state is MemberState.CLOSED and rec.kinds() == ["assigned", "revoked"]
+    leaves = fake.requests("LeaveGroup")
+    assert len(leaves) == int(expect_leave)
+    if expect_leave:
+        assert leaves[0].members[0].group_instance_id == instance
+    with pytest.raises(MemberClosedError):
+        member.commit_offsets({TP("t", 0): 1})
+    with pytest.raises(MemberClosedError):
+        member.wait_until_stable(0.01)
+
+
+def test_static_member_sends_instance_id_everywhere(fake, started):
+    member, rec = started(group_instance_id="i-9", heartbeat_interval_ms=20)
+    assert member.wait_until_stable(WAIT)
+    member.commit_offsets({TP("t", 0): 3})
+    assert rec.wait(lambda _: len(fake.requests("Heartbeat")) >= 1)
+    for api in ("JoinGroup", "SyncGroup", "Heartbeat", "OffsetCommit"):
+        assert {r.group_instance_id for r in fake.requests(api)} == {"i-9"}, api
+    assert fake.requests("JoinGroup")[0].member_id == ""  # static members get no MEMBER_ID_REQUIRED
+
+
+def test_abandon_sends_no_leave_and_no_callbacks(fake, started):
+    member, rec = started()
+    assert member.wait_until_stable(WAIT)
+    member._abandon()
+    assert fake.requests("LeaveGroup") == [] and rec.kinds() == ["assigned"] and fake.closed
