@@ -111,7 +111,8 @@ def check_same_as_kafka_python(inputs: dict[str, Any], kp_range: Any) -> None:
     """Our range result must equal kafka-python's on this (dynamic-only, equal) input."""
     ours = range_assign(inputs["counts"], inputs["subs"])
     theirs = kp_range.assign(inputs["kp_cluster"], inputs["kp_members"])
-    theirs_flat = {m: sorted(TopicPartition(tp.topic, tp.partition) for tp in a.partitions()) for m, a in theirs.items()}
+    theirs_flat = {m: sorted(TopicPartition(tp.topic, tp.partition) for tp in a.partitions())
+                   for m, a in theirs.items()}
     if ours != theirs_flat:
         raise SystemExit("range result differs from kafka-python's on a dynamic-only group")
 

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Callable, Iterable, Mapping
 
-from groupmgr.assignors import TopicPartition
+from groupmgr.assignors import Subscription, TopicPartition
 from groupmgr.coordinator_client import CoordinatorClient, KafkaTransport, Transport
 from groupmgr.errors import MemberClosedError, StaleGenerationError
 from groupmgr.generation import Generation, MemberState
@@ -111,6 +111,13 @@ class GroupMember:
         with self._status.cond:
             leader = self._status.leader
             return leader is not None and leader.generation == self._status.generation
+
+    @property
+    def group_subscriptions(self) -> Mapping[str, Subscription]:
+        """Leader only: every member's decoded subscription in the current generation (else empty)."""
+        with self._status.cond:
+            leader = self._status.leader
+            return dict(leader.subscriptions) if leader and leader.generation == self._status.generation else {}
 
     def raise_if_failed(self) -> None:
         """Re-raise the background thread's fatal error, if any."""

@@ -88,6 +88,7 @@ def _run_until_complete(config, expected: int) -> int:
 
     say("starting Spark with Delta Lake and the Kafka source ...")
     spark = get_or_create_spark("scg-demo", config.spark_conf())
+    say("Spark is up; preparing the Delta tables")
     runner = PipelineRunner(config, spark, out=lambda line: print(line, flush=True))
     done = _all_recorded(runner, config, expected)
     deadline = time.monotonic() + FINISH_TIMEOUT_S
@@ -101,18 +102,26 @@ def _run_until_complete(config, expected: int) -> int:
 
 
 def _all_recorded(runner, config, expected: int):
-    """A predicate: every produced record is below the table's recorded offsets."""
+    """A predicate: the table's recorded offsets reach the log end of every partition."""
+    from groupmgr.assignors.api import TopicPartition
     from pipelines.start_offsets import watermarks
 
+    topic = config.topics[0]
+    partitions = [TopicPartition(topic, p) for p in range(_partition_count(config, topic))]
+    _, latest = watermarks(config.kafka.confluent_config(), partitions)
+
     def done() -> bool:
-        owned = runner._owned
-        if not owned:
-            return False
-        _, latest = watermarks(config.kafka.confluent_config(), owned)
-        recorded = runner.tables.table.recorded_offsets(owned)
+        recorded = runner.tables.table.recorded_offsets(partitions)
         return sum(latest.values()) == expected and all(
-            (recorded[tp] or 0) >= latest[tp] for tp in owned)
+            (recorded[tp] or 0) >= latest[tp] for tp in partitions)
     return done
+
+
+def _partition_count(config, topic: str) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(config.kafka.confluent_config())
+    return len(admin.list_topics(topic, timeout=30).topics[topic].partitions)
 
 
 def _show_table(spark, path: str, expected: int) -> None:

@@ -49,7 +49,8 @@ def classify(kafka_rows: DataFrame, fmt: RecordFormat) -> DataFrame:
     rows = kafka_rows.select(*base, parsed.alias("_parsed"))
     corrupt = F.col(f"_parsed.{CORRUPT}")
     # Parsed a second time only when the first parse failed: object with wrong types, or not JSON?
-    is_object = F.when(corrupt.isNotNull(), F.from_json(value_text, "MAP<STRING, STRING>").isNotNull())
+    raw_text = F.col("_raw_value").cast("string")
+    is_object = F.when(corrupt.isNotNull(), F.from_json(raw_text, "MAP<STRING, STRING>").isNotNull())
     return rows.select("*", _reason(fmt, corrupt, is_object).alias(REASON))
 
 

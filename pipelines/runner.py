@@ -72,6 +72,8 @@ class PipelineRunner:
         """Join the group and process until ``stop`` is set, ``until()`` is true, or (with an
         available-now trigger) every owned partition is caught up. Leaves the group on return."""
         stop = stop or threading.Event()
+        self.progress.note(f"joining consumer group {self.config.group.id} "
+                           f"(assignors {', '.join(self.config.group.assignors)})")
         self.member.start()
         try:
             while not stop.wait(POLL_S):
@@ -158,12 +160,12 @@ def group_member_factory(config, listener):
 
     group = config.group
     member_config = MemberConfig(
-        bootstrap_servers=list(config.kafka.bootstrap_servers), group_id=group.id,
+        bootstrap_servers=config.kafka.bootstrap_string, group_id=group.id,
         topics=resolve_topics(config), assignors=tuple(group.assignors),
         group_instance_id=group.instance_id, session_timeout_ms=group.session_timeout_ms,
         rebalance_timeout_ms=group.rebalance_timeout_ms,
         heartbeat_interval_ms=group.heartbeat_interval_ms,
-        client_kwargs=config.kafka.kafka_python_kwargs())
+        client_kwargs=_without(config.kafka.kafka_python_kwargs(), "bootstrap_servers"))
     return GroupMember(member_config, listener)
 
 
@@ -176,6 +178,10 @@ def resolve_topics(config) -> tuple[str, ...]:
     names = AdminClient(config.kafka.confluent_config()).list_topics(timeout=30).topics
     pattern = re.compile(config.topic_pattern)
     return tuple(sorted(t for t in names if pattern.fullmatch(t) and not t.startswith("__")))
+
+
+def _without(mapping, *keys) -> dict:
+    return {k: v for k, v in mapping.items() if k not in keys}
 
 
 def _label(generation) -> str:

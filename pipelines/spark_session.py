@@ -46,8 +46,10 @@ def get_or_create_spark(app_name: str, settings: Mapping[str, str] | None = None
     merged = {**LOCAL_DEFAULTS, **(settings or {}), **DELTA_SETTINGS}
     if not _running_under_spark_submit():
         merged["spark.jars"] = ",".join(str(j) for j in jar_files("spark"))
+        # Driver JVM options only apply when given at launch, so they go through the submit args.
         log4j = conf_dir() / "spark-log4j2.properties"
-        merged.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log4j}")
+        os.environ.setdefault("PYSPARK_SUBMIT_ARGS",
+                              f'--driver-java-options "-Dlog4j2.configurationFile={log4j}" pyspark-shell')
     for key, value in merged.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -68,7 +68,7 @@ def watermarks(admin_config: Mapping[str, str], partitions: Iterable[TopicPartit
     partitions = sorted(set(partitions))
     if not partitions:
         return {}, {}
-    admin = AdminClient(dict(admin_config))
+    admin = AdminClient({**admin_config, "log_level": 3})
     result = []
     for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):
         request = {CkTopicPartition(tp.topic, tp.partition): spec for tp in partitions}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import functools
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
 
@@ -56,8 +57,13 @@ def _as_str_tuple(value: Iterable[str], what: str) -> tuple[str, ...]:
 
 
 def _as_partitions(value: Iterable[Sequence]) -> tuple[TopicPartition, ...]:
+    items = tuple(value)
+    if (set(map(type, items)) <= {TopicPartition}
+            and set(map(type, map(itemgetter(0), items))) <= {str}
+            and set(map(type, map(itemgetter(1), items))) <= {int}):
+        return items  # fast path, checked in C: already well-typed TopicPartitions
     out = []
-    for item in value:
+    for item in items:
         topic, partition = item
         if not isinstance(topic, str) or isinstance(partition, bool) or not isinstance(partition, int):
             raise TypeError(f"owned partition must be (str, int), got {item!r}")

@@ -122,7 +122,8 @@ def _quotas(owned_counts: Sequence[int], total: int) -> list[int]:
     return quotas
 
 
-def constrained_assign(all_partitions: list[TopicPartition], owned: list[list[TopicPartition]]) -> list[list[TopicPartition]]:
+def constrained_assign(all_partitions: list[TopicPartition],
+                       owned: list[list[TopicPartition]]) -> list[list[TopicPartition]]:
     """Sticky assignment when every member subscribes to exactly ``all_partitions``' topics."""
     quotas = _quotas([len(o) for o in owned], len(all_partitions))
     kept: list[list[TopicPartition]] = []

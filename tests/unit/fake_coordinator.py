@@ -36,7 +36,8 @@ class Phantom:
 
 class FakeCoordinator:
     def __init__(self, partitions: dict[str, int]) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
         self.partitions = dict(partitions)
         self.node = 1
         self.generation = 0
@@ -69,6 +70,11 @@ class FakeCoordinator:
         with self.lock:
             self.node = node
 
+    def wait_for(self, predicate, timeout: float) -> bool:
+        """Block until ``predicate()`` holds (re-checked on every request), at most ``timeout``."""
+        with self.cond:
+            return self.cond.wait_for(predicate, timeout)
+
     def requests(self, api: str) -> list:
         with self.lock:
             return [r for name, _, r in self.log if name == api + "Request"]
@@ -92,6 +98,7 @@ class FakeCoordinator:
             name = request.name
             request.API_VERSION = min(request._max_version or request.max_version, request.max_version)
             self.log.append((name, node_id, request))
+            self.cond.notify_all()
             if self._raises[name]:
                 raise self._raises[name].popleft()
             if self.unreachable and name != "MetadataRequest":

@@ -104,7 +104,7 @@ def test_not_coordinator_on_heartbeat_rediscovers_without_rebalance(fake, starte
     member, rec = started()
     assert member.wait_until_stable(WAIT)
     fake.move_coordinator(2)
-    assert rec.wait(lambda _: "coordinator-2" in fake.nodes("Heartbeat"))
+    assert fake.wait_for(lambda: "coordinator-2" in fake.nodes("Heartbeat"), WAIT)
     assert len(fake.requests("FindCoordinator")) == 2
     assert member.generation.generation_id == 1 and rec.kinds() == ["assigned"]
 
@@ -113,7 +113,7 @@ def test_lost_connection_on_heartbeat_rediscovers(fake, started):
     member, rec = started()
     assert member.wait_until_stable(WAIT)
     fake.raise_next("Heartbeat", CoordinatorUnreachable("reset by peer"))
-    assert rec.wait(lambda _: len(fake.requests("FindCoordinator")) == 2)
+    assert fake.wait_for(lambda: len(fake.requests("FindCoordinator")) == 2, WAIT)
     assert member.state is MemberState.STABLE and member.generation.generation_id == 1
 
 
@@ -170,7 +170,7 @@ def test_slow_on_revoked_keeps_heartbeating_until_released(fake, started):
         fake.rebalance_pending = True
     before = len(fake.requests("Heartbeat"))
     # 40 heartbeats at 20 ms span more than the 600 ms session timeout
-    assert rec.wait(lambda _: len(fake.requests("Heartbeat")) >= before + 40, timeout=WAIT)
+    assert fake.wait_for(lambda: len(fake.requests("Heartbeat")) >= before + 40, WAIT)
     release.set()
     assert rec.wait(gen_at_least(2))
     assert "fenced" not in rec.kinds()
@@ -326,7 +326,7 @@ def test_static_member_sends_instance_id_everywhere(fake, started):
     member, rec = started(group_instance_id="i-9", heartbeat_interval_ms=20)
     assert member.wait_until_stable(WAIT)
     member.commit_offsets({TP("t", 0): 3})
-    assert rec.wait(lambda _: len(fake.requests("Heartbeat")) >= 1)
+    assert fake.wait_for(lambda: len(fake.requests("Heartbeat")) >= 1, WAIT)
     for api in ("JoinGroup", "SyncGroup", "Heartbeat", "OffsetCommit"):
         assert {r.group_instance_id for r in fake.requests(api)} == {"i-9"}, api
     assert fake.requests("JoinGroup")[0].member_id == ""  # static members get no MEMBER_ID_REQUIRED
