@@ -98,10 +98,12 @@ class FencedInstanceId(GroupError):
     condition, error_code, fenced = "FENCED_INSTANCE_ID", 82, True
 
 
-class SessionExpired(GroupError):
-    """No successful heartbeat for a whole session timeout: the broker has dropped this member."""
+class SessionExpired(_Coordinator):
+    """No heartbeat answer for a whole session timeout: the coordinator is presumed dead and is
+    re-discovered (as in Java). Not fenced by itself: the broker may still know this member (e.g.
+    a new coordinator loaded the group); if not, it answers UNKNOWN_MEMBER_ID."""
 
-    condition, fenced = "SESSION_EXPIRED", True
+    condition = "SESSION_EXPIRED"
 
 
 class MemberIdRequired(GroupError):

@@ -3,10 +3,12 @@
 ``start()`` spawns one background thread that joins the group, then heartbeats every interval.
 On REBALANCE_IN_PROGRESS it calls ``listener.on_revoked(owned)`` (the generation stays valid
 meanwhile, so the caller may commit final offsets), rejoins, and calls
-``listener.on_assigned(generation, partitions)``. When fenced (ILLEGAL_GENERATION,
-UNKNOWN_MEMBER_ID on heartbeat or commit, or a locally expired session) it first invalidates the
-generation, then calls ``on_fenced(error)`` and ``on_revoked(partitions)`` (they are lost), and
-rejoins. FENCED_INSTANCE_ID (another process took this ``group_instance_id``) is fatal, as in Java.
+``listener.on_assigned(generation, partitions)``. When fenced (ILLEGAL_GENERATION or
+UNKNOWN_MEMBER_ID on heartbeat or commit) it first invalidates the generation, then calls
+``on_fenced(error)`` and ``on_revoked(partitions)`` (they are lost), and rejoins.
+FENCED_INSTANCE_ID (another process took this ``group_instance_id``) is fatal, as in Java.
+Without a heartbeat answer for a session timeout the coordinator is re-discovered (as in Java);
+the partitions are kept until the broker says the generation is gone.
 
 Listener callbacks run one at a time, in order, on a listener thread; the member thread keeps
 heartbeating while it waits for them, for at most the rebalance timeout. A fatal error is recorded

@@ -103,10 +103,10 @@ class MemberLoop:
                 self._keep_alive()
 
     def _keep_alive(self) -> None:
-        if self._timer.session_expired():
-            self._status.update(pending_fence=SessionExpired(
+        if self._timer.session_expired() and self._client.coordinator_id is not None:
+            self._client.mark_coordinator_dead(None, SessionExpired(
                 f"no heartbeat answer for {self.config.session_timeout_ms} ms"))
-        elif self._timer.should_heartbeat():
+        if self._timer.should_heartbeat():
             self.heartbeat()
         if self._clock() >= self._next_metadata_check:
             self._check_metadata()
@@ -216,7 +216,7 @@ class MemberLoop:
             partitions = status.assignment
             status.assignment, status.generation, status.owned = (), NO_GENERATION, ((), -1)
             status.state, status.rejoin_reason = MemberState.FENCED, f"fenced: {error.condition}"
-            if isinstance(error, (UnknownMemberId, SessionExpired)):
+            if isinstance(error, UnknownMemberId):
                 status.member_id = ""
             status.cond.notify_all()
         self._call_listener("on_fenced", error)

@@ -13,7 +13,9 @@ Runs on the Spark driver, in the query's thread; not shared between queries.
 from __future__ import annotations
 
 import logging
+import os
 import time
+from pathlib import Path
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -62,6 +64,7 @@ class BatchWriter:
         started = time.monotonic()
         ranges = self.offset_log.ranges(batch_id)
         good, dead = self._collect(batch_df)
+        _fault_hold_before_commit()
         commit_started = time.monotonic()
         self.targets.dead_table.commit(dead, ranges, self.targets.dead_epochs)
         result = self.targets.table.commit(good, ranges, self.targets.epochs)
@@ -87,6 +90,19 @@ class BatchWriter:
             return True
         metadata = f"delta:{result.table_version}" if result.table_version is not None else "delta:replay"
         return self.commit_kafka(offsets, metadata)
+
+
+def _fault_hold_before_commit(max_wait_s: float = 300.0) -> None:
+    """Fault injection for the end-to-end tests (never set in production): while the file named
+    by ``SCG_FAULT_HOLD_BEFORE_COMMIT`` exists, a collected batch waits before its Delta commit,
+    after creating ``<file>.waiting`` so the test knows a batch is in flight."""
+    hold = os.environ.get("SCG_FAULT_HOLD_BEFORE_COMMIT")
+    if not hold or not Path(hold).exists():
+        return
+    Path(hold + ".waiting").touch()
+    deadline = time.monotonic() + max_wait_s
+    while Path(hold).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def apply_transform(rows, transform: str | None):

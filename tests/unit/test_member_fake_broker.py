@@ -5,6 +5,7 @@ Every wait is an event/condition with a deadline; nothing sleeps for synchronisa
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -12,7 +13,7 @@ from groupmgr.assignors import PartitionAssignor, Subscription, TopicPartition a
 from groupmgr.assignors.errors import AssignorFailedError, InvalidAssignmentError
 from groupmgr.consumer_protocol import decode_assignment, encode_assignment, encode_subscription
 from groupmgr.errors import (CoordinatorUnreachable, FencedInstanceId, IllegalGeneration, ListenerError,
-                             MemberClosedError, SessionExpired, StaleGenerationError, UnknownMemberId)
+                             MemberClosedError, StaleGenerationError, UnknownMemberId)
 from groupmgr.generation import MemberState
 from groupmgr.member import GroupMember, MemberConfig
 from tests.unit.fake_coordinator import FakeCoordinator, Phantom
@@ -264,16 +265,39 @@ def test_follower_sends_empty_sync_and_decodes_its_assignment(fake, started):
     assert list(fake.requests("SyncGroup")[-1].assignments) == []
 
 
-def test_unreachable_coordinator_expires_session_then_rejoins(fake, started):
-    member, rec = started()
-    assert member.wait_until_stable(WAIT)
+def _unreachable_past_session(fake) -> None:
+    """Make the coordinator unreachable until more than a session timeout (600 ms) has passed."""
     with fake.lock:
         fake.unreachable = True
-    assert rec.wait(lambda ev: "revoked" in [e[0] for e in ev])
-    assert isinstance(rec.events[1][1], SessionExpired) and member.generation.generation_id == -1
+    since = time.monotonic()
+    assert fake.wait_for(lambda: time.monotonic() - since > 1.0, WAIT)  # re-checked on every retry
+
+
+def test_unreachable_coordinator_keeps_partitions_and_same_generation(fake, started):
+    member, rec = started()
+    assert member.wait_until_stable(WAIT)
+    finds = len(fake.requests("FindCoordinator"))
+    _unreachable_past_session(fake)
+    assert len(fake.requests("FindCoordinator")) > finds + 3  # kept re-discovering
+    assert member.assignment == ALL and member.generation.generation_id == 1
     with fake.lock:
         fake.unreachable = False
-    assert rec.wait(gen_at_least(2))
+        beats = len(fake.log)
+    assert fake.wait_for(lambda: any(n == "HeartbeatRequest" for n, _, _ in fake.log[beats:]), WAIT)
+    assert rec.kinds() == ["assigned"] and member.state is MemberState.STABLE
+
+
+def test_unreachable_coordinator_that_dropped_us_fences_on_return(fake, started):
+    member, rec = started()
+    assert member.wait_until_stable(WAIT)
+    _unreachable_past_session(fake)
+    with fake.lock:
+        fake.members.clear()  # the broker expired our session meanwhile
+        fake.generation += 1
+        fake.unreachable = False
+    assert rec.wait(gen_at_least(3))
+    assert rec.kinds() == ["assigned", "fenced", "revoked", "assigned"]
+    assert isinstance(rec.events[1][1], UnknownMemberId)
 
 
 def test_partition_count_change_makes_leader_rejoin(fake, started):
