@@ -67,9 +67,13 @@ class KafkaTransport:
         self._net = NetworkSelector(client_id=client_id)
         self._manager = KafkaConnectionManager(self._net, **config)
         self._closed = False
+        self._lock = threading.Lock()
+        self._waiters: set[threading.Event] = set()
 
     def start(self, timeout_s: float) -> None:
         """Start the IO thread and bootstrap (metadata + api versions) within ``timeout_s``."""
+        if self._closed:
+            raise CoordinatorUnreachable("transport closed")
         self._net.start()
         future = self._manager.bootstrap_async(timeout_ms=timeout_s * 1000)
         self._wait(future, timeout_s + _WAIT_MARGIN_S, "bootstrap")
@@ -81,31 +85,54 @@ class KafkaTransport:
         async def _send() -> Any:
             return await self._manager.send(request, node_id=node_id, request_timeout_ms=timeout_ms)
 
-        return self._wait(self._manager.call_soon(_send), timeout_s + _WAIT_MARGIN_S, request.name)
+        return self._wait(self._submit(_send), timeout_s + _WAIT_MARGIN_S, request.name)
 
     def add_coordinator(self, group_id: str, coordinator: Any) -> NodeId:
         """Register a FindCoordinator result; returns the node id to send group requests to."""
         register = lambda: self._manager.cluster.add_coordinator(  # noqa: E731 - runs on the IO thread
             coordinator, CoordinatorType.GROUP, group_id)
-        return self._wait(self._manager.call_soon(register), 5.0, "add_coordinator")
+        return self._wait(self._submit(register), 5.0, "add_coordinator")
 
     def close(self) -> None:
-        """Close all connections and stop the IO thread (bounded). Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+        """Close all connections, wake every waiting caller, stop the IO thread (bounded). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            waiters, self._waiters = set(self._waiters), set()
+        for event in waiters:
+            event.set()
+        done = threading.Event()
         try:
-            self._wait(self._manager.call_soon(self._manager.close), 5.0, "close")
-        except GroupError as exc:
+            self._manager.call_soon(self._manager.close).add_both(lambda _: done.set())
+            done.wait(5.0)
+        except RuntimeError as exc:  # the IO loop already stopped
             log.debug("closing connections: %s", exc)
         self._net.stop(timeout_ms=5000)
         self._net.close()
 
+    def _submit(self, task: Callable[[], Any]) -> Any:
+        """Schedule ``task`` on the IO thread; a closed transport raises CoordinatorUnreachable."""
+        try:
+            if not self._closed:
+                return self._manager.call_soon(task)
+        except RuntimeError:  # NetworkSelector closed
+            pass
+        raise CoordinatorUnreachable("transport closed")
+
     def _wait(self, future: Any, timeout_s: float, what: str) -> Any:
         done = threading.Event()
+        with self._lock:
+            self._waiters.add(done)
         future.add_both(lambda _: done.set())
-        if not done.wait(timeout_s):
-            raise CoordinatorUnreachable(f"{what}: no response within {timeout_s:.1f}s")
+        try:
+            if not done.wait(timeout_s):
+                raise CoordinatorUnreachable(f"{what}: no response within {timeout_s:.1f}s")
+        finally:
+            with self._lock:
+                self._waiters.discard(done)
+        if not future.is_done:
+            raise CoordinatorUnreachable(f"{what}: transport closed")
         if future.exception is not None:
             raise translate_client_error(future.exception, what)
         return future.value

@@ -13,10 +13,23 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition as CKTopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from groupmgr.errors import GroupError
+
 _COLUMNS = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "INSTANCE-ID", "HOST")
+
+
+class DescribeFailed(GroupError):
+    """The admin requests failed (broker unreachable, not authorised, ...); ``cause`` says why."""
+
+    condition = "DESCRIBE_FAILED"
+
+    def __init__(self, group_id: str, cause: BaseException) -> None:
+        self.group_id = group_id
+        self.cause = cause
+        super().__init__(f"cannot describe group {group_id!r}: {cause}")
 
 
 @dataclass(frozen=True)
@@ -56,8 +69,17 @@ class GroupDescription:
 
 def describe_group(bootstrap: str, group_id: str, client_config: Mapping[str, Any] | None = None,
                    timeout_s: float = 15.0) -> GroupDescription:
-    """Describe ``group_id``; ``client_config`` adds confluent-kafka settings (security etc.)."""
+    """Describe ``group_id``; ``client_config`` adds confluent-kafka settings (``security.protocol``,
+    ``sasl.*``, ``ssl.*``). A group that does not exist comes back with state ``DEAD`` and nothing
+    else. Raises DescribeFailed when the admin requests fail or time out."""
     admin = AdminClient({**dict(client_config or {}), "bootstrap.servers": bootstrap})
+    try:
+        return _describe(admin, group_id, timeout_s)
+    except (KafkaException, TimeoutError) as exc:
+        raise DescribeFailed(group_id, exc) from exc
+
+
+def _describe(admin: AdminClient, group_id: str, timeout_s: float) -> GroupDescription:
     desc = admin.describe_consumer_groups([group_id], request_timeout=timeout_s)[group_id].result(timeout_s)
     members = tuple(sorted((_member(m) for m in desc.members), key=lambda m: m.member_id))
     committed = _committed(admin, group_id, timeout_s)

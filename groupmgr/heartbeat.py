@@ -6,7 +6,8 @@ optional ``now``; when omitted the injected clock is read once.
 
 Three timers:
 
-* heartbeat timer - when the next heartbeat is due (interval after a send, backoff after a failure);
+* heartbeat timer - when the next heartbeat is due (interval after a send, exponential backoff
+  capped at the interval after failures);
 * session timer   - expires when no heartbeat succeeded for ``session_timeout_ms``;
 * poll timer      - expires when the application did not call :meth:`poll` for ``poll_timeout_ms``
   (the rebalance timeout in Kafka's classic protocol).
@@ -37,6 +38,7 @@ class HeartbeatTimer:
         self.retry_backoff_s = retry_backoff_ms / 1000
         self._clock = clock
         self.in_flight = False
+        self.failures = 0
         self.last_sent: float | None = None
         self.last_received: float | None = None
         self.reset()
@@ -56,14 +58,17 @@ class HeartbeatTimer:
         """A heartbeat response arrived (any answer from the coordinator): the session is alive."""
         now = self._now(now)
         self.in_flight = False
+        self.failures = 0
         self.last_received = now
         self._session_deadline = now + self.session_timeout_s
 
     def failed(self, now: float | None = None) -> None:
-        """A heartbeat got no usable answer: retry after the backoff, the session keeps running."""
+        """A heartbeat got no usable answer: retry after an exponential backoff (capped at the
+        interval); the session timer keeps running."""
         now = self._now(now)
         self.in_flight = False
-        self._heartbeat_due = now + self.retry_backoff_s
+        self.failures += 1
+        self._heartbeat_due = now + min(self.interval_s, self.retry_backoff_s * 2 ** (self.failures - 1))
 
     def poll(self, now: float | None = None) -> None:
         """The application reached a safe point: restart the poll timer."""

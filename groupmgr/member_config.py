@@ -41,9 +41,10 @@ class MemberConfig:
     def __post_init__(self) -> None:
         for name in ("topics", "assignors"):
             value = getattr(self, name)
-            if isinstance(value, (str, bytes)) or not isinstance(value, Iterable) or not tuple(value):
+            items = () if isinstance(value, (str, bytes)) or not isinstance(value, Iterable) else tuple(value)
+            if not items:
                 raise ValueError(f"MemberConfig.{name} must be a non-empty collection, got {value!r}")
-            object.__setattr__(self, name, tuple(value))
+            object.__setattr__(self, name, items)
         object.__setattr__(self, "client_kwargs", MappingProxyType(dict(self.client_kwargs)))
         for name, value in (("bootstrap_servers", self.bootstrap_servers), ("group_id", self.group_id),
                             ("client_id", self.client_id), *(("topics", t) for t in self.topics)):

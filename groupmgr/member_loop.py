@@ -68,6 +68,7 @@ class MemberLoop:
         self._timer = HeartbeatTimer(config.session_timeout_ms, config.heartbeat_interval_ms,
                                      config.rebalance_timeout_ms, config.retry_backoff_ms, clock)
         self._next_metadata_check = 0.0
+        self._join_failures = 0
 
     def run(self) -> None:
         """Bootstrap, then step until stopped; a fatal error is recorded in ``status.failure``."""
@@ -148,7 +149,13 @@ class MemberLoop:
             if leader is None or leader.generation != self._status.generation:
                 return
         topics = sorted({t for s in leader.subscriptions.values() for t in s.topics})
-        counts = self._client.partition_counts(topics, self._client.deadline(self._client.request_timeout_s))
+        try:
+            counts = self._client.partition_counts(topics, self._client.deadline(self._client.request_timeout_s))
+        except GroupError as exc:
+            if not exc.retriable:
+                raise
+            log.info("group %s: metadata check failed (%s); retrying next time", self.config.group_id, exc)
+            return
         if dict(counts) != dict(leader.partition_counts):
             log.info("group %s: partition counts changed %s -> %s; rejoining", self.config.group_id,
                      dict(leader.partition_counts), counts)
@@ -162,8 +169,8 @@ class MemberLoop:
         with status.cond:
             status.state, status.generation = MemberState.PREPARING_REBALANCE, NO_GENERATION
             owned, owned_generation = status.owned
-            member_id = status.member_id
-        round_ = RebalanceRound(self._client, self._spec, member_id, owned, owned_generation)
+            member_id, reason = status.member_id, status.rejoin_reason
+        round_ = RebalanceRound(self._client, self._spec, member_id, owned, owned_generation, reason)
         try:
             result = round_.run()
         except GroupError as exc:
@@ -173,15 +180,17 @@ class MemberLoop:
         self._install(result)
 
     def _round_failed(self, exc: GroupError) -> None:
-        """Retry after backoff (retriable), at once (rebalance / fenced), or raise (fatal)."""
+        """Rejoin (with exponential backoff unless it is the first REBALANCE_IN_PROGRESS / fence),
+        or raise when the error is fatal."""
         log.info("group %s: join round failed: %s", self.config.group_id, exc)
         if isinstance(exc, FencedInstanceId) or not (exc.retriable or exc.fenced
                                                       or isinstance(exc, RebalanceInProgress)):
             raise exc
         if isinstance(exc, UnknownMemberId):
             self._status.update(member_id="")
-        if exc.retriable:
-            self._client.pause(1, float("inf"))
+        self._join_failures += 1
+        if exc.retriable or self._join_failures > 1:
+            self._client.pause(self._join_failures, float("inf"))
 
     def _install(self, result: RoundResult) -> None:
         generation = result.generation
@@ -190,6 +199,7 @@ class MemberLoop:
                             state=MemberState.COMPLETING_REBALANCE, rejoin_reason=None,
                             leader=result if result.is_leader else None)
         self._timer.reset()
+        self._join_failures = 0
         self._next_metadata_check = self._clock() + self.config.metadata_max_age_ms / 1000
         self._call_listener("on_assigned", generation, result.partitions)
         with self._status.cond:

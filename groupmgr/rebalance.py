@@ -26,7 +26,8 @@ from typing import Mapping, Sequence
 from kafka.protocol.consumer import (HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
                                      SyncGroupRequest)
 
-from groupmgr.assignors import PartitionAssignor, Subscription, TopicPartition, run_assignor
+from groupmgr.assignors import (AssignorFailedError, PartitionAssignor, Subscription, TopicPartition,
+                                run_assignor)
 from groupmgr.consumer_protocol import (LATEST_VERSION, PROTOCOL_TYPE, decode_assignment,
                                         decode_subscription, encode_assignment, encode_subscription)
 from groupmgr.coordinator_client import CoordinatorClient
@@ -68,11 +69,17 @@ class RoundResult:
 
 
 class RebalanceRound:
-    """One JoinGroup/SyncGroup exchange for ``member_id`` (empty for a brand-new member)."""
+    """One JoinGroup/SyncGroup exchange for ``member_id`` (empty for a brand-new member).
+
+    ``owned`` / ``owned_generation_id``: what this member owned before (sent in the subscription
+    for sticky assignors); ``reason`` goes into JoinGroup v8+ (shown in broker logs).
+    """
 
     def __init__(self, client: CoordinatorClient, spec: JoinSpec, member_id: str,
-                 owned: Sequence[TopicPartition] = (), owned_generation_id: int = -1) -> None:
+                 owned: Sequence[TopicPartition] = (), owned_generation_id: int = -1,
+                 reason: str | None = None) -> None:
         self.client = client
+        self.reason = reason
         self.spec = spec
         self.member_id = member_id
         self._owned = tuple(owned)
@@ -89,11 +96,18 @@ class RebalanceRound:
             if not join.skip_assignment:
                 assignments = self._assign(join.protocol_name, subscriptions, counts, join)
         partitions = self._sync(generation, assignments)
-        self._assignor(generation.protocol_name).on_assignment(list(partitions), generation.generation_id)
+        self._notify_assignor(generation, partitions)
         log.info("group %s: generation %d member %s%s owns %s", self.spec.group_id,
                  generation.generation_id, generation.member_id, " (leader)" if leader else "",
                  [f"{tp.topic}-{tp.partition}" for tp in partitions])
         return RoundResult(generation, partitions, join.leader, leader, subscriptions, counts)
+
+    def _notify_assignor(self, generation: Generation, partitions: tuple[TopicPartition, ...]) -> None:
+        assignor = self._assignor(generation.protocol_name)
+        try:
+            assignor.on_assignment(list(partitions), generation.generation_id)
+        except Exception as exc:  # a plug-in failure becomes one named condition
+            raise AssignorFailedError(assignor.name, exc) from exc
 
     # -- JoinGroup ---------------------------------------------------------------------------
     def _join_until_member_id_accepted(self):
@@ -114,7 +128,7 @@ class RebalanceRound:
         return JoinGroupRequest(group_id=spec.group_id, session_timeout_ms=spec.session_timeout_ms,
                                 rebalance_timeout_ms=spec.rebalance_timeout_ms, member_id=self.member_id,
                                 group_instance_id=spec.group_instance_id, protocol_type=PROTOCOL_TYPE,
-                                protocols=protocols, reason=None)
+                                protocols=protocols, reason=self.reason)
 
     def _metadata(self, assignor: PartitionAssignor) -> bytes:
         topics = self.spec.topics

@@ -24,7 +24,7 @@ import pyarrow as pa
 from groupmgr.assignors.api import TopicPartition
 from pipelines.offsets import CheckpointOffsetLog, OffsetRange
 from pipelines.records import RecordFormat, classify, dead_letters, good_rows
-from sinks.txn_table import CommitResult, TxnDeltaTable
+from sinks.txn_table import CommitResult, FencedWriterError, TxnDeltaTable
 
 log = logging.getLogger("scg.batch")
 
@@ -56,9 +56,11 @@ class BatchWriter:
     def __init__(self, fmt: RecordFormat, transform: str | None, targets: TableTargets,
                  offset_log: CheckpointOffsetLog,
                  commit_kafka: Callable[[Mapping[TopicPartition, int], str], bool],
-                 report: Callable[[BatchReport], None]):
+                 report: Callable[[BatchReport], None],
+                 refused: Callable[[int, FencedWriterError], None]):
         self.fmt, self.transform, self.targets = fmt, transform, targets
         self.offset_log, self.commit_kafka, self.report = offset_log, commit_kafka, report
+        self.refused = refused
 
     def __call__(self, batch_df, batch_id: int) -> None:
         started = time.monotonic()
@@ -66,8 +68,12 @@ class BatchWriter:
         good, dead = self._collect(batch_df)
         _fault_hold_before_commit()
         commit_started = time.monotonic()
-        self.targets.dead_table.commit(dead, ranges, self.targets.dead_epochs)
-        result = self.targets.table.commit(good, ranges, self.targets.epochs)
+        try:
+            self.targets.dead_table.commit(dead, ranges, self.targets.dead_epochs)
+            result = self.targets.table.commit(good, ranges, self.targets.epochs)
+        except FencedWriterError as refused:
+            self.refused(batch_id, refused)
+            raise
         commit_s = time.monotonic() - commit_started
         committed = self._commit_kafka(ranges, result)
         self.report(BatchReport(batch_id, ranges, result.rows_written, result.rows_skipped,

@@ -49,6 +49,9 @@ class ProgressPrinter:
                    f"in {report.duration_s:.2f}s ({rate:,.0f}/s, Delta commit "
                    f"{report.commit_s:.2f}s, version {report.delta_version})")
 
+    def refused(self, batch_id: int, error) -> None:
+        self._emit(f"batch {batch_id} refused by the table, nothing written: {error}")
+
     def tick(self, query) -> None:
         if query is None or time.monotonic() < self._next_lag:
             return

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 
 from groupmgr.assignors.api import TopicPartition
 from pipelines import query as queries
-from pipelines.batch_writer import BatchReport, BatchWriter, TableTargets
+from pipelines.batch_writer import BatchWriter, TableTargets
 from pipelines.offsets import CheckpointOffsetLog
 from pipelines.progress import ProgressPrinter
 from pipelines.start_offsets import choose_start_offsets, watermarks
@@ -103,22 +103,23 @@ class PipelineRunner:
         if error is None:
             return "finished"
         if "FencedWriterError" in str(error) or "FENCED_WRITER" in str(error):
-            self.progress.note("the table refused a batch: another member owns a partition now; "
-                               "waiting for the group to rebalance")
+            self.progress.note("query stopped after a refused batch; waiting for the group to rebalance")
             return "fenced"
         raise RuntimeError(f"query failed: {_first_line(error)}") from None
 
     def _start_query(self) -> None:
-        starts = self._start_offsets(self._owned)
-        self.progress.starting(starts)
-        offsets = {tp: d.offset for tp, d in starts.items()}
+        # Claim first, then read the recorded offsets: anything a previous owner committed before
+        # the claim is seen, and anything it tries after the claim is refused.
         epochs = self.tables.table.claim(self._owned)
         dead_epochs = self.tables.dead_table.claim(self._owned)
         targets = TableTargets(self.tables.table, self.tables.dead_table, epochs, dead_epochs)
+        starts = self._start_offsets(self._owned)
+        self.progress.starting(starts)
+        offsets = {tp: d.offset for tp, d in starts.items()}
         self._checkpoint = queries.new_checkpoint(self.config.checkpoint_root, _label(self._generation))
         writer = BatchWriter(self.tables.record_format, self.config.transform, targets,
                              CheckpointOffsetLog(self._checkpoint, offsets),
-                             self._commit_kafka, self._on_batch)
+                             self._commit_kafka, self.progress.batch, self.progress.refused)
         self._query = queries.start_query(self.spark, self.tables.source_options, offsets, writer,
                                           self._checkpoint, self.tables.trigger,
                                           f"{self.config.name}-{_label(self._generation)}")
@@ -149,9 +150,6 @@ class PipelineRunner:
             self.progress.note(f"Kafka offset commit refused ({type(exc).__name__}: {exc}); "
                                "the Delta table is authoritative, the next owner resumes from it")
             return False
-
-    def _on_batch(self, report: BatchReport) -> None:
-        self.progress.batch(report)
 
 
 def group_member_factory(config, listener):

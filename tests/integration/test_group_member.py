@@ -196,6 +196,16 @@ def produce(bootstrap: str, topic: str, partitions: int, count: int) -> None:
     assert producer.flush(30) == 0
 
 
+def kafka_consumer_groups_describe(bootstrap: str, group: str) -> dict[tuple[str, str], list[str]]:
+    """Rows of Kafka's own ``kafka-consumer-groups --describe``, keyed by (topic, partition)."""
+    out = subprocess.run(["java", "-cp", f"{jars_dir() / 'broker'}/*",
+                          "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+                          "--bootstrap-server", bootstrap, "--describe", "--group", group],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return {tuple(line.split()[1:3]): line.split() for line in out.stdout.splitlines() if group in line}
+
+
 def test_kafka_tools_see_members_assignments_and_offsets(bootstrap, unique_name, closer):
     from groupmgr.describe import describe_group, format_table, to_json
 
@@ -225,12 +235,7 @@ def test_kafka_tools_see_members_assignments_and_offsets(bootstrap, unique_name,
         (tp.topic, tp.partition): (o, 10, 10 - o) for tp, o in committed.items()}
     assert m1.generation.member_id in format_table(ours) and to_json(ours)["members"]
 
-    out = subprocess.run(["java", "-cp", f"{jars_dir() / 'broker'}/*",
-                          "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-                          "--bootstrap-server", bootstrap, "--describe", "--group", unique_name],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    rows = {tuple(line.split()[1:3]): line.split() for line in out.stdout.splitlines() if unique_name in line}
+    rows = kafka_consumer_groups_describe(bootstrap, unique_name)
     for tp, offset in committed.items():
         row = rows[(tp.topic, str(tp.partition))]
         owner = m1 if tp in m1.assignment else m2

@@ -9,6 +9,9 @@ every generation, and a protocol chosen as our first protocol every phantom supp
 Scripting: ``inject(api, code, ...)`` makes the next calls of ``api`` answer with those error codes;
 ``raise_next(api, exc)`` makes the next call raise ``exc`` (a lost connection);
 ``move_coordinator(node)`` makes the old node answer NOT_COORDINATOR. Thread-safe (one lock).
+
+Also here: ``Recorder`` (a listener that records calls and waits on them with a bound) and
+``config()`` (fast member settings for these tests).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from kafka.protocol.consumer import (HeartbeatResponse, JoinGroupResponse, Leave
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 
 from groupmgr.errors import CoordinatorUnreachable
+from groupmgr.member import MemberConfig
 
 GROUP_APIS = {"JoinGroupRequest", "SyncGroupRequest", "HeartbeatRequest", "LeaveGroupRequest",
               "OffsetCommitRequest", "OffsetFetchRequest"}
@@ -211,3 +215,51 @@ class FakeCoordinator:
         topic = OffsetCommitResponse.OffsetCommitResponseTopic(name="t", partitions=[part(partition_index=0,
                                                                                          error_code=code)])
         return OffsetCommitResponse(version=v, topics=[topic])
+
+
+WAIT = 5.0
+
+
+class Recorder:
+    """Records listener calls; ``wait`` blocks (bounded) until a predicate over the events holds."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+        self.cond = threading.Condition()
+        self.hooks: dict[str, object] = {}
+
+    def _add(self, event: tuple) -> None:
+        hook = self.hooks.get(event[0])
+        if hook:
+            hook(*event[1:])
+        with self.cond:
+            self.events.append(event)
+            self.cond.notify_all()
+
+    def on_revoked(self, partitions):
+        self._add(("revoked", partitions))
+
+    def on_assigned(self, generation, partitions):
+        self._add(("assigned", generation, partitions))
+
+    def on_fenced(self, error):
+        self._add(("fenced", error))
+
+    def wait(self, predicate, timeout: float = WAIT) -> bool:
+        with self.cond:
+            return self.cond.wait_for(lambda: predicate(self.events), timeout)
+
+    def kinds(self) -> list[str]:
+        with self.cond:
+            return [e[0] for e in self.events]
+
+    def assigned_generations(self) -> list[int]:
+        with self.cond:
+            return [e[1].generation_id for e in self.events if e[0] == "assigned"]
+
+
+def config(**overrides) -> MemberConfig:
+    base = dict(bootstrap_servers="fake:9092", group_id="g", topics=("t", "u"), session_timeout_ms=600,
+                heartbeat_interval_ms=20, rebalance_timeout_ms=3000, retry_backoff_ms=5,
+                retry_backoff_max_ms=20, request_timeout_ms=1000, metadata_max_age_ms=60000)
+    return MemberConfig(**{**base, **overrides})

@@ -45,11 +45,16 @@ def test_sent_schedules_next_interval(timer, clock):
     assert timer.time_to_next_heartbeat() == pytest.approx(1.0)
 
 
-def test_failed_retries_after_backoff_not_interval(timer, clock):
-    clock.advance(1.0)
-    timer.sent()
-    timer.failed()
+def test_failed_retries_after_exponential_backoff_capped_at_interval(timer, clock):
+    delays = []
+    for _ in range(6):
+        timer.sent()
+        timer.failed()
+        delays.append(round(timer.time_to_next_heartbeat(), 3))
     assert not timer.in_flight
+    assert delays == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    timer.received()
+    timer.failed()
     assert timer.time_to_next_heartbeat() == pytest.approx(0.1)
 
 

@@ -15,56 +15,10 @@ from groupmgr.consumer_protocol import decode_assignment, encode_assignment, enc
 from groupmgr.errors import (CoordinatorUnreachable, FencedInstanceId, IllegalGeneration, ListenerError,
                              MemberClosedError, StaleGenerationError, UnknownMemberId)
 from groupmgr.generation import MemberState
-from groupmgr.member import GroupMember, MemberConfig
-from tests.unit.fake_coordinator import FakeCoordinator, Phantom
+from groupmgr.member import GroupMember
+from tests.unit.fake_coordinator import WAIT, FakeCoordinator, Phantom, Recorder, config
 
 ALL = (TP("t", 0), TP("t", 1), TP("t", 2), TP("u", 0))
-WAIT = 5.0
-
-
-class Recorder:
-    """Records listener calls; ``wait`` blocks (bounded) until a predicate over the events holds."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple] = []
-        self.cond = threading.Condition()
-        self.hooks: dict[str, object] = {}
-
-    def _add(self, event: tuple) -> None:
-        hook = self.hooks.get(event[0])
-        if hook:
-            hook(*event[1:])
-        with self.cond:
-            self.events.append(event)
-            self.cond.notify_all()
-
-    def on_revoked(self, partitions):
-        self._add(("revoked", partitions))
-
-    def on_assigned(self, generation, partitions):
-        self._add(("assigned", generation, partitions))
-
-    def on_fenced(self, error):
-        self._add(("fenced", error))
-
-    def wait(self, predicate, timeout: float = WAIT) -> bool:
-        with self.cond:
-            return self.cond.wait_for(lambda: predicate(self.events), timeout)
-
-    def kinds(self) -> list[str]:
-        with self.cond:
-            return [e[0] for e in self.events]
-
-    def assigned_generations(self) -> list[int]:
-        with self.cond:
-            return [e[1].generation_id for e in self.events if e[0] == "assigned"]
-
-
-def config(**overrides) -> MemberConfig:
-    base = dict(bootstrap_servers="fake:9092", group_id="g", topics=("t", "u"), session_timeout_ms=600,
-                heartbeat_interval_ms=20, rebalance_timeout_ms=3000, retry_backoff_ms=5,
-                retry_backoff_max_ms=20, request_timeout_ms=1000, metadata_max_age_ms=60000)
-    return MemberConfig(**{**base, **overrides})
 
 
 @pytest.fixture
