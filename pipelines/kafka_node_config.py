@@ -20,8 +20,14 @@ class NodePorts:
 
 
 def new_cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid format)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid format).
+
+    Like Kafka's ``Uuid.randomUuid`` it never starts with ``-``, which command-line parsers
+    (``kafka-storage format -t``) would read as an option."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 def quorum_voters(nodes: list[NodePorts], host: str) -> str:

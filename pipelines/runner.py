@@ -126,7 +126,8 @@ class PipelineRunner:
 
     def _start_offsets(self, partitions):
         delta = self.tables.table.recorded_offsets(partitions)
-        committed = self.member.committed(partitions)
+        committed = {tp: getattr(om, "offset", om)
+                     for tp, om in self.member.committed(partitions).items()}
         earliest, latest = watermarks(self.config.kafka.confluent_config(), partitions)
         return choose_start_offsets(partitions, delta, committed,
                                     self.config.source.starting_offsets, earliest, latest)

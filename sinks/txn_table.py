@@ -85,7 +85,7 @@ class TxnDeltaTable:
 
     # -- app ids -------------------------------------------------------------------------------
     def offset_app_id(self, tp: TopicPartition) -> str:
-        return f"{self.app_id}:offset:{tp.topic}:{tp.partition}"
+        return offset_app_id(self.app_id, tp)
 
     def owner_app_id(self, tp: TopicPartition) -> str:
         return f"{self.app_id}:owner:{tp.topic}:{tp.partition}"
@@ -177,6 +177,21 @@ class TxnDeltaTable:
     @staticmethod
     def _txn(app_id: str, version: int) -> Transaction:
         return Transaction(app_id, int(version), int(time.time() * 1000))
+
+
+def offset_app_id(app_id: str, tp: TopicPartition) -> str:
+    """The Delta application-transaction id holding ``tp``'s next offset in a table of ``app_id``."""
+    return f"{app_id}:offset:{tp.topic}:{tp.partition}"
+
+
+def read_recorded_offsets(path: str, app_id: str, partitions: Iterable[TopicPartition],
+                          storage_options: Mapping[str, str] | None = None) -> dict[TopicPartition, int | None]:
+    """Recorded next offsets of ``partitions`` without creating the table ({} if it is missing)."""
+    try:
+        table = DeltaTable(str(path), storage_options=dict(storage_options or {}) or None)
+    except TableNotFoundError:
+        return {}
+    return {tp: table.transaction_version(offset_app_id(app_id, tp)) for tp in partitions}
 
 
 def _select_rows(rows: pa.Table, keep_from: Mapping[TopicPartition, int]) -> pa.Table:

@@ -1,0 +1,81 @@
+"""`scg describe`: a group's state, members, committed offsets and lag as Kafka sees them, and,
+for a pipeline file, next to them each partition's Delta version (the table's next offset).
+
+Lag for a pipeline is log-end minus the Delta version: the table, not the Kafka commit, is the
+source of truth (the Kafka commit follows each Delta commit and can only trail it)."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from groupmgr.assignors.api import TopicPartition
+from groupmgr.describe import describe_group, format_table, to_json
+
+
+@dataclass(frozen=True)
+class PipelinePartition:
+    topic: str
+    partition: int
+    delta_version: int | None
+    committed: int | None
+    log_end: int | None
+    lag: int | None
+    owner: str | None
+
+
+def describe_command(args) -> int:
+    if args.pipeline:
+        return _describe_pipeline(args.pipeline, args.json)
+    if not args.group:
+        raise SystemExit("scg describe: give a GROUP or --pipeline FILE")
+    desc = describe_group(args.bootstrap, args.group)
+    print(json.dumps(to_json(desc), indent=2) if args.json else format_table(desc))
+    return 0
+
+
+def _describe_pipeline(path: str, as_json: bool) -> int:
+    from pipelines.config import load_pipeline
+    from pipelines.runner import resolve_topics
+    from pipelines.start_offsets import watermarks
+    from sinks.txn_table import read_recorded_offsets
+
+    config = load_pipeline(path)
+    client = {k: v for k, v in config.kafka.confluent_config().items() if k != "bootstrap.servers"}
+    desc = describe_group(config.kafka.bootstrap_string, config.group.id, client)
+    partitions = _topic_partitions(config, resolve_topics(config))
+    delta = read_recorded_offsets(config.sink.path, config.name, partitions)
+    _, log_end = watermarks(config.kafka.confluent_config(), partitions)
+    group = {(p.topic, p.partition): p for p in desc.partitions}
+    rows = [_row(tp, delta.get(tp), group.get(tuple(tp)), log_end.get(tp)) for tp in partitions]
+    if as_json:
+        print(json.dumps({"group": to_json(desc), "table": config.sink.path,
+                          "partitions": [asdict(r) for r in rows]}, indent=2))
+    else:
+        print(format_table(desc))
+        print(f"\nDelta table {config.sink.path}")
+        print(_table(rows))
+    return 0
+
+
+def _topic_partitions(config, topics) -> list[TopicPartition]:
+    from confluent_kafka.admin import AdminClient
+
+    metadata = AdminClient({**config.kafka.confluent_config(), "log_level": 3}).list_topics(timeout=30)
+    return sorted(TopicPartition(t, p) for t in topics if t in metadata.topics
+                  for p in metadata.topics[t].partitions)
+
+
+def _row(tp, delta_version, group_row, log_end) -> PipelinePartition:
+    lag = None if log_end is None else log_end - (delta_version or 0)
+    return PipelinePartition(tp.topic, tp.partition, delta_version,
+                             getattr(group_row, "committed", None), log_end, lag,
+                             getattr(group_row, "owner", None))
+
+
+def _table(rows) -> str:
+    header = ("TOPIC", "PARTITION", "DELTA-VERSION", "KAFKA-COMMITTED", "LOG-END", "LAG", "OWNER")
+    cells = [header] + [tuple("-" if v is None else str(v) for v in
+                              (r.topic, r.partition, r.delta_version, r.committed, r.log_end, r.lag, r.owner))
+                        for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
