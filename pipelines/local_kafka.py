@@ -264,11 +264,17 @@ def _signal_group(pid: int, sig: int) -> None:
         pass
 
 
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
+def _reap(pid: int, timeout_s: float = 10.0) -> None:
+    """Collect the exit status of our own child ``pid`` (a JVM's main thread can look like a
+    zombie while its other threads still exit, so wait, bounded). Not our child: nothing to do."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:
+            return
+        time.sleep(0.05)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -34,7 +34,8 @@ def get_or_create_spark(app_name: str, settings: Mapping[str, str] | None = None
     """Return the active SparkSession, or create one with Delta and the Kafka connector.
 
     ``settings`` (from the pipeline YAML) override the local defaults but never the Delta
-    extension settings. Thread safe as far as SparkSession.builder is.
+    extension settings. Under spark-submit the local defaults are not applied: the master, the
+    jars (``--packages``/``--jars``) and the driver options are spark-submit's. Thread safe as far as SparkSession.builder is.
     """
     from pyspark.sql import SparkSession
 
@@ -43,8 +44,10 @@ def get_or_create_spark(app_name: str, settings: Mapping[str, str] | None = None
         return active
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName(app_name)
-    merged = {**LOCAL_DEFAULTS, **(settings or {}), **DELTA_SETTINGS}
-    if not _running_under_spark_submit():
+    if _running_under_spark_submit():  # master, jars and JVM options come from spark-submit
+        merged = {**(settings or {}), **DELTA_SETTINGS}
+    else:
+        merged = {**LOCAL_DEFAULTS, **(settings or {}), **DELTA_SETTINGS}
         merged["spark.jars"] = ",".join(str(j) for j in jar_files("spark"))
         # Driver JVM options only apply when given at launch, so they go through the submit args.
         log4j = conf_dir() / "spark-log4j2.properties"
