@@ -79,7 +79,7 @@ def scg_run(spark, config, expected: int) -> tuple[float, list]:
     reports = []
     runner = PipelineRunner(config, spark, out=lambda line: None)
     original = runner.progress.batch
-    runner.progress.batch = lambda r: (reports.append(r), original(r))
+    runner.progress.batch = lambda r, lag=None: (reports.append(r), original(r, lag))
     started = time.monotonic()
     runner.run(threading.Event())
     elapsed = time.monotonic() - started
@@ -103,7 +103,7 @@ def handoff(spark, bootstrap, base: Path, partitions: int) -> float:
     b = PipelineRunner(config, spark, out=lambda line: None)
     b_parts: set[TopicPartition] = set()
 
-    def on_batch_a(report):
+    def on_batch_a(report, lag=None):
         if left_at and "t" not in first_batch_after and any(r.tp in b_parts and r.count for r in report.ranges):
             first_batch_after["t"] = time.monotonic()
     a.progress.batch = on_batch_a

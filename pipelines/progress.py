@@ -38,7 +38,7 @@ class ProgressPrinter:
                           for tp, d in sorted(starts.items()))
         self._emit(f"starting query from {parts}")
 
-    def batch(self, report: BatchReport) -> None:
+    def batch(self, report: BatchReport, lag=None) -> None:
         self.batches += 1
         self.rows += report.rows_written
         self.dead += report.dead_letters
@@ -47,7 +47,7 @@ class ProgressPrinter:
         self._emit(f"batch {report.batch_id}: {records} records ({report.rows_written} rows, "
                    f"{report.dead_letters} dead letters, {report.rows_skipped} replayed) "
                    f"in {report.duration_s:.2f}s ({rate:,.0f}/s, Delta commit "
-                   f"{report.commit_s:.2f}s, version {report.delta_version})")
+                   f"{report.commit_s:.2f}s, version {report.delta_version}){_lag_text(lag)}")
 
     def refused(self, batch_id: int, error) -> None:
         self._emit(f"batch {batch_id} refused by the table, nothing written: {error}")
@@ -61,6 +61,13 @@ class ProgressPrinter:
             total = sum(lag.values())
             detail = ", ".join(f"{k}={v}" for k, v in sorted(lag.items()))
             self._emit(f"lag {total} ({detail})")
+
+
+def _lag_text(lag) -> str:
+    if not lag:
+        return ""
+    detail = ", ".join(f"{tp.partition}:{v}" for tp, v in sorted(lag.items()))
+    return f"; lag {sum(lag.values())} [{detail}]"
 
 
 def query_lag(query) -> dict[str, int]:

@@ -25,7 +25,7 @@ from pipelines import query as queries
 from pipelines.batch_writer import BatchWriter, TableTargets
 from pipelines.offsets import CheckpointOffsetLog
 from pipelines.progress import ProgressPrinter
-from pipelines.start_offsets import choose_start_offsets, watermarks
+from pipelines.start_offsets import Watermarks, choose_start_offsets
 from pipelines.tables import open_tables
 
 log = logging.getLogger("scg.runner")
@@ -38,6 +38,7 @@ class PipelineRunner:
         self.config, self.spark = config, spark
         self.progress = ProgressPrinter(out)
         self.tables = open_tables(config, spark)
+        self.watermarks = Watermarks(config.kafka.confluent_config())
         self.member = (member_factory or group_member_factory)(config, self)
         self._lock = threading.RLock()
         self._query = None
@@ -119,7 +120,7 @@ class PipelineRunner:
         self._checkpoint = queries.new_checkpoint(self.config.checkpoint_root, _label(self._generation))
         writer = BatchWriter(self.tables.record_format, self.config.transform, targets,
                              CheckpointOffsetLog(self._checkpoint, offsets),
-                             self._commit_kafka, self.progress.batch, self.progress.refused)
+                             self._commit_kafka, self._on_batch, self.progress.refused)
         self._query = queries.start_query(self.spark, self.tables.source_options, offsets, writer,
                                           self._checkpoint, self.tables.trigger,
                                           f"{self.config.name}-{_label(self._generation)}")
@@ -128,7 +129,7 @@ class PipelineRunner:
         delta = self.tables.table.recorded_offsets(partitions)
         committed = {tp: getattr(om, "offset", om)
                      for tp, om in self.member.committed(partitions).items()}
-        earliest, latest = watermarks(self.config.kafka.confluent_config(), partitions)
+        earliest, latest = self.watermarks.earliest(partitions), self.watermarks.latest(partitions)
         return choose_start_offsets(partitions, delta, committed,
                                     self.config.source.starting_offsets, earliest, latest)
 
@@ -143,6 +144,15 @@ class PipelineRunner:
             queries.remove_checkpoint(self._checkpoint)
             self._checkpoint = None
 
+    def _on_batch(self, report) -> None:
+        """Report the batch with the lag of its partitions (log end - next offset to read)."""
+        try:
+            latest = self.watermarks.latest(r.tp for r in report.ranges)
+        except Exception:  # noqa: BLE001 - lag is informative only; the batch is committed
+            latest = {}
+        self.progress.batch(report, {r.tp: max(latest[r.tp] - r.end, 0)
+                                     for r in report.ranges if r.tp in latest})
+
     def _commit_kafka(self, offsets: Mapping[TopicPartition, int], metadata: str) -> bool:
         try:
             self.member.commit_offsets(offsets, metadata)
@@ -153,19 +163,25 @@ class PipelineRunner:
             return False
 
 
-def group_member_factory(config, listener):
-    """The real consumer-group member for ``config`` (groupmgr)."""
-    from groupmgr.member import GroupMember, MemberConfig
+def group_member_factory(config, listener, **overrides):
+    """The real consumer-group member for ``config`` (groupmgr); ``overrides`` set other
+    MemberConfig fields (e.g. metadata_max_age_ms)."""
+    from groupmgr.member import GroupMember
+
+    return GroupMember(member_config_for(config, **overrides), listener)
+
+
+def member_config_for(config, **overrides):
+    from groupmgr.member import MemberConfig
 
     group = config.group
-    member_config = MemberConfig(
+    return MemberConfig(
         bootstrap_servers=config.kafka.bootstrap_string, group_id=group.id,
         topics=resolve_topics(config), assignors=tuple(group.assignors),
         group_instance_id=group.instance_id, session_timeout_ms=group.session_timeout_ms,
         rebalance_timeout_ms=group.rebalance_timeout_ms,
         heartbeat_interval_ms=group.heartbeat_interval_ms,
-        client_kwargs=_without(config.kafka.kafka_python_kwargs(), "bootstrap_servers"))
-    return GroupMember(member_config, listener)
+        client_kwargs=_without(config.kafka.kafka_python_kwargs(), "bootstrap_servers"), **overrides)
 
 
 def resolve_topics(config) -> tuple[str, ...]:

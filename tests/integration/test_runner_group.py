@@ -1,0 +1,54 @@
+"""The runner with a real group member: several topics in one pipeline, and partitions added to
+a topic picked up by the next rebalance (DESIGN invariants 1 and 5)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewPartitions
+
+from groupmgr.assignors.api import TopicPartition
+from pipelines.config import load_pipeline
+from pipelines.runner import PipelineRunner, group_member_factory
+from tests.e2e.harness import log_end_offsets, table_reached
+from tests.support.kafka_data import create_topic, delta_coordinates, json_events, produce, write_pipeline
+
+pytestmark = pytest.mark.integration
+
+
+def test_two_topics_and_added_partitions(bootstrap, spark, tmp_path, unique_name):
+    first, second = f"{unique_name}-a", f"{unique_name}-b"
+    create_topic(bootstrap, first, 2)
+    create_topic(bootstrap, second, 1)
+    produced = produce(bootstrap, first, json_events(200)) | produce(bootstrap, second, json_events(50))
+    path = write_pipeline(tmp_path / "p.yaml", bootstrap, first, unique_name, tmp_path)
+    path.write_text(path.read_text().replace(f"topics: [{first}]", f"topics: [{first}, {second}]"))
+    config = load_pipeline(path)
+    lines: list[str] = []
+    runner = PipelineRunner(config, spark, out=lines.append,
+                            member_factory=lambda c, l: group_member_factory(c, l, metadata_max_age_ms=1000))
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, args=(stop,))
+    thread.start()
+    try:
+        _wait(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_partitions([NewPartitions(first, 4)])[first].result(timeout=30)
+        produced |= produce(bootstrap, first, json_events(300, start=200))
+        _wait(lambda: TopicPartition(first, 3) in runner._owned, 120)
+        _wait(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
+    finally:
+        stop.set()
+        thread.join(120)
+    rows = delta_coordinates(spark, config.sink.path)
+    assert len(rows) == len(set(rows)) and set(rows) == produced
+    assert {p for t, p, _ in rows if t == first} == {0, 1, 2, 3}
+    assert any("lag 0" in line for line in lines)
+
+
+def _wait(predicate, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
