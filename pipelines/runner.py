@@ -30,6 +30,9 @@ from pipelines.tables import open_tables
 
 log = logging.getLogger("scg.runner")
 POLL_S = 0.5
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 600.0
+RESTART_BACKOFF_S = 2.0  # times the number of recent failures, at most 10 s
 
 
 class PipelineRunner:
@@ -45,6 +48,7 @@ class PipelineRunner:
         self._checkpoint = None
         self._owned: tuple[TopicPartition, ...] = ()
         self._generation = None
+        self._failures: list[float] = []
 
     # -- RebalanceListener ------------------------------------------------------------------------
     def on_assigned(self, generation, partitions) -> None:
@@ -100,13 +104,31 @@ class PipelineRunner:
             if query is None or query.isActive:
                 return "idle" if query is None else "active"
             error = query.exception()
-            self._query = None
-        if error is None:
-            return "finished"
-        if "FencedWriterError" in str(error) or "FENCED_WRITER" in str(error):
-            self.progress.note("query stopped after a refused batch; waiting for the group to rebalance")
-            return "fenced"
-        raise RuntimeError(f"query failed: {_first_line(error)}") from None
+            self._stop_query()
+            if error is None:
+                return "finished"
+            if "FencedWriterError" in str(error) or "FENCED_WRITER" in str(error):
+                self.progress.note("query stopped after a refused batch; waiting for the group to rebalance")
+                return "fenced"
+            generation = self._generation
+        self._restart_after(error, generation)
+        return "restarted"
+
+    def _restart_after(self, error, generation) -> None:
+        """Restart a failed query from the table's offsets (nothing is lost or repeated: the next
+        batch starts where the last Delta commit ended), at most MAX_RESTARTS times within
+        RESTART_WINDOW_S; past that the failure is the member's and ``run`` raises it."""
+        now = time.monotonic()
+        self._failures = [t for t in self._failures if now - t < RESTART_WINDOW_S] + [now]
+        if len(self._failures) > MAX_RESTARTS:
+            raise RuntimeError(f"query failed {len(self._failures)} times within "
+                               f"{RESTART_WINDOW_S:.0f}s; last error: {_first_line(error)}") from None
+        self.progress.note(f"query failed ({_first_line(error)[:300]}); restarting from the table's "
+                           f"offsets ({len(self._failures)}/{MAX_RESTARTS})")
+        time.sleep(min(RESTART_BACKOFF_S * len(self._failures), 10.0))  # outside the lock: rebalances go on
+        with self._lock:
+            if self._owned and self._query is None and self._generation is generation:
+                self._start_query()
 
     def _start_query(self) -> None:
         # Claim first, then read the recorded offsets: anything a previous owner committed before
