@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
 import statistics
 import sys
 import tempfile
@@ -27,11 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from groupmgr.assignors.api import TopicPartition  # noqa: E402
 from pipelines.config import load_pipeline  # noqa: E402
 from pipelines.local_kafka import LocalKafka  # noqa: E402
 from pipelines.runner import PipelineRunner  # noqa: E402
 from pipelines.spark_session import get_or_create_spark  # noqa: E402
+from tests.e2e.harness import MemberProcess, SteadyProducer  # noqa: E402
 from tests.support.kafka_data import create_topic, write_pipeline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -89,52 +91,33 @@ def scg_run(spark, config, expected: int) -> tuple[float, list]:
     return elapsed, reports
 
 
-def handoff(spark, bootstrap, base: Path, partitions: int) -> float:
-    """Two members; B leaves cleanly; seconds until A commits a batch on one of B's partitions."""
+def handoff(bootstrap, base: Path, partitions: int) -> float:
+    """Two members as separate `scg run` processes (one Spark driver each, as with spark-submit);
+    b leaves cleanly (SIGTERM); seconds until a has all partitions and committed a batch."""
     topic = "handoff"
     create_topic(bootstrap, topic, partitions)
-    stop_producing = threading.Event()
-    threading.Thread(target=_trickle, args=(bootstrap, topic, stop_producing), daemon=True).start()
-    config = load_pipeline(write_pipeline(base / "handoff.yaml", bootstrap, topic, "bench-handoff",
-                                          base / "handoff"))
-    first_batch_after: dict[str, float] = {}
-    left_at: dict[str, float] = {}
-    a = PipelineRunner(config, spark, out=lambda line: None)
-    b = PipelineRunner(config, spark, out=lambda line: None)
-    b_parts: set[TopicPartition] = set()
-
-    def on_batch_a(report, lag=None):
-        if left_at and "t" not in first_batch_after and any(r.tp in b_parts and r.count for r in report.ranges):
-            first_batch_after["t"] = time.monotonic()
-    a.progress.batch = on_batch_a
-    stop_a, stop_b = threading.Event(), threading.Event()
-    threads = [threading.Thread(target=r.run, args=(s,)) for r, s in ((a, stop_a), (b, stop_b))]
-    for thread in threads:
-        thread.start()
-    _wait(lambda: a._owned and b._owned and len(a._owned) + len(b._owned) == partitions, 120)
-    _wait(lambda: a.progress.batches > 0 and b.progress.batches > 0, 120)
-    b_parts.update(b._owned)
-    left_at["t"] = time.monotonic()
-    stop_b.set()
-    _wait(lambda: "t" in first_batch_after, 120)
-    stop_a.set()
-    stop_producing.set()
-    for thread in threads:
-        thread.join(120)
-    return first_batch_after["t"] - left_at["t"]
+    producer = SteadyProducer(bootstrap, topic).start()
+    path = write_pipeline(base / "handoff.yaml", bootstrap, topic, "bench-handoff", base / "handoff")
+    a, b = MemberProcess("a", path, base), MemberProcess("b", path, base)
+    try:
+        _wait(lambda: len(a.owned()) + len(b.owned()) == partitions and a.owned() and b.owned()
+              and a.count(r"batch \d+") and b.count(r"batch \d+"), 300)
+        seen = len(a.lines)
+        left = time.monotonic()
+        b.signal(signal.SIGTERM)
+        _wait(lambda: _batch_after_full_assignment(a.lines[seen:], partitions), 300)
+        return time.monotonic() - left
+    finally:
+        producer.stop()
+        for member in (a, b):
+            member.kill()
 
 
-def _trickle(bootstrap, topic, stop):
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    i = 0
-    while not stop.is_set():
-        producer.produce(topic, value=json.dumps({"id": i, "name": "h"}))
-        producer.poll(0)
-        i += 1
-        time.sleep(0.002)
-    producer.flush(10)
+def _batch_after_full_assignment(lines, partitions: int) -> bool:
+    for i, line in enumerate(lines):
+        if f"assigned {partitions} partition" in line:
+            return any(re.search(r"batch \d+: [1-9]", later) for later in lines[i + 1:])
+    return False
 
 
 def _wait(predicate, timeout_s):
@@ -174,7 +157,8 @@ def run_all(bootstrap: str, base: Path, records: int, partitions: int) -> dict:
         extra=f"format: {{type: json, schema: '{SCHEMA}'}}\n"))
     config = _available_now(config)
     scg_s, reports = scg_run(spark, config, records)
-    handoff_s = handoff(spark, bootstrap, base, partitions)
+    spark.stop()  # free the cores for the two member processes
+    handoff_s = handoff(bootstrap, base, partitions)
     commit_share = [r.commit_s / r.duration_s for r in reports if r.duration_s > 0 and r.rows_written]
     return {
         "records": records, "partitions": partitions, "max_offsets_per_trigger": MAX_PER_TRIGGER,
