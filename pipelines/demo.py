@@ -96,9 +96,9 @@ def _run_until_complete(config, expected: int) -> int:
     if not done():
         say(f"not all records arrived within {FINISH_TIMEOUT_S:.0f}s")
         return 1
-    _show_table(spark, config.sink.path, expected)
+    exact = _show_table(spark, config.sink.path, expected)
     spark.stop()
-    return 0
+    return 0 if exact else 1
 
 
 def _all_recorded(runner, config, expected: int):
@@ -124,7 +124,8 @@ def _partition_count(config, topic: str) -> int:
     return len(admin.list_topics(topic, timeout=30).topics[topic].partitions)
 
 
-def _show_table(spark, path: str, expected: int) -> None:
+def _show_table(spark, path: str, expected: int) -> bool:
+    """Print the table's count and first rows; True when it holds each produced record once."""
     table = spark.read.format("delta").load(path)
     count = table.count()
     distinct = table.select("topic", "partition", "offset").distinct().count()
@@ -133,3 +134,5 @@ def _show_table(spark, path: str, expected: int) -> None:
     table.orderBy("partition", "offset").show(5, truncate=False)
     if count != expected or distinct != expected:
         print("demo: row count does not match what was produced", file=sys.stderr)
+        return False
+    return True

@@ -23,7 +23,6 @@ LOCAL_DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.streaming.stopTimeout": "60s",
     "spark.databricks.delta.snapshotPartitions": "2",
-    "spark.driver.memory": "2g",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.session.timeZone": "UTC",
