@@ -27,12 +27,23 @@ from .api import Assignment, PartitionAssignor, Subscription, TopicPartition, so
 
 
 def subscribers_per_topic(subscriptions: Mapping[str, Subscription]) -> dict[str, list[str]]:
-    """Topic -> subscribed member ids in MemberInfo order, each member at most once per topic."""
+    """Topic -> subscribed member ids in MemberInfo order, each member at most once per topic.
+
+    Members are grouped by their (deduplicated) topic set first, so a group whose members share
+    a subscription costs O(members + topics), not O(members x topics)."""
+    ordered = sorted_member_ids(subscriptions)
+    by_topics: dict[tuple[str, ...], list[str]] = {}
+    for member_id in ordered:
+        by_topics.setdefault(tuple(dict.fromkeys(subscriptions[member_id].topics)), []).append(member_id)
+    if len(by_topics) == 1:
+        (topics, members), = by_topics.items()
+        return {topic: members for topic in topics}
+    rank = {member_id: i for i, member_id in enumerate(ordered)}
     per_topic: dict[str, list[str]] = {}
-    for member_id in sorted_member_ids(subscriptions):
-        for topic in dict.fromkeys(subscriptions[member_id].topics):
-            per_topic.setdefault(topic, []).append(member_id)
-    return per_topic
+    for topics, members in by_topics.items():
+        for topic in topics:
+            per_topic.setdefault(topic, []).extend(members)
+    return {topic: sorted(members, key=rank.__getitem__) for topic, members in per_topic.items()}
 
 
 def range_split(partitions: list[TopicPartition], members: list[str]) -> dict[str, list[TopicPartition]]:
@@ -40,7 +51,7 @@ def range_split(partitions: list[TopicPartition], members: list[str]) -> dict[st
     quota, extra = divmod(len(partitions), len(members))
     out: dict[str, list[TopicPartition]] = {}
     start = 0
-    for index, member_id in enumerate(members):
+    for index, member_id in enumerate(members if quota else members[:extra]):  # skip empty ranges
         length = quota + (1 if index < extra else 0)
         out[member_id] = partitions[start:start + length]
         start += length
