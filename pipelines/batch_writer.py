@@ -12,7 +12,6 @@ Runs on the Spark driver, in the query's thread; not shared between queries.
 """
 from __future__ import annotations
 
-import logging
 import os
 import time
 from pathlib import Path
@@ -25,9 +24,6 @@ from groupmgr.assignors.api import TopicPartition
 from pipelines.offsets import CheckpointOffsetLog, OffsetRange
 from pipelines.records import RecordFormat, classify, dead_letters, good_rows
 from sinks.txn_table import CommitResult, FencedWriterError, TxnDeltaTable
-
-log = logging.getLogger("scg.batch")
-
 
 @dataclass(frozen=True)
 class BatchReport:

@@ -13,9 +13,6 @@ from pathlib import Path
 
 from groupmgr.assignors.api import TopicPartition
 
-EARLIEST = -2   # Spark's startingOffsets JSON sentinel for "earliest"
-LATEST = -1     # Spark's startingOffsets JSON sentinel for "latest"
-
 
 @dataclass(frozen=True, order=True)
 class OffsetRange:

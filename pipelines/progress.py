@@ -1,20 +1,17 @@
-"""Human-readable progress of a running member: assignment changes, one line per micro-batch,
-and a periodic lag line. Output goes through one callable (print by default); thread safe."""
+"""Human-readable progress of a running member: assignment changes and one line per micro-batch
+(records, rate, duration, Delta commit time, lag per partition). Output goes through one
+callable (print by default); thread safe."""
 from __future__ import annotations
 
-import json
 import threading
 import time
 
 from pipelines.batch_writer import BatchReport
 
-LAG_EVERY_S = 10.0
-
 
 class ProgressPrinter:
     def __init__(self, out):
         self.out, self._lock = out, threading.Lock()
-        self._next_lag = time.monotonic() + LAG_EVERY_S
         self.batches = 0
         self.rows = 0
         self.dead = 0
@@ -52,39 +49,11 @@ class ProgressPrinter:
     def refused(self, batch_id: int, error) -> None:
         self._emit(f"batch {batch_id} refused by the table, nothing written: {error}")
 
-    def tick(self, query) -> None:
-        if query is None or time.monotonic() < self._next_lag:
-            return
-        self._next_lag = time.monotonic() + LAG_EVERY_S
-        lag = query_lag(query)
-        if lag:
-            total = sum(lag.values())
-            detail = ", ".join(f"{k}={v}" for k, v in sorted(lag.items()))
-            self._emit(f"lag {total} ({detail})")
-
-
 def _lag_text(lag) -> str:
     if not lag:
         return ""
     detail = ", ".join(f"{tp.partition}:{v}" for tp, v in sorted(lag.items()))
     return f"; lag {sum(lag.values())} [{detail}]"
-
-
-def query_lag(query) -> dict[str, int]:
-    """Per-partition lag (latest - end offset) from the query's last progress, if any."""
-    progress = query.lastProgress
-    if not progress or not progress.get("sources"):
-        return {}
-    source = progress["sources"][0]
-    end, latest = _offsets(source.get("endOffset")), _offsets(source.get("latestOffset"))
-    return {k: max(latest[k] - end.get(k, 0), 0) for k in latest}
-
-
-def _offsets(raw) -> dict[str, int]:
-    if not raw:
-        return {}
-    data = json.loads(raw) if isinstance(raw, str) else raw
-    return {f"{t}-{p}": int(o) for t, parts in data.items() for p, o in parts.items()}
 
 
 def _names(partitions) -> str:

@@ -21,18 +21,15 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-COORDINATES = ("topic", "partition", "offset", "timestamp", "key")
 REASON = "_dead_letter_reason"
 CORRUPT = "_corrupt_record"
-DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
-DEAD_LETTER_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value", "reason")
 
 
 @dataclass(frozen=True)
 class RecordFormat:
     kind: str                         # "json" | "raw"
-    schema_ddl: str | None = None     # Spark DDL for json
-    max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
+    schema_ddl: str | None            # Spark DDL for json, None for raw
+    max_value_bytes: int              # longer values are dead letters (format.max_value_bytes)
 
 
 def classify(kafka_rows: DataFrame, fmt: RecordFormat) -> DataFrame:

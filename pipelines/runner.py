@@ -87,17 +87,12 @@ class PipelineRunner:
                     break
                 if until is not None and until():
                     break
-                self.progress.tick(self._current_query())
         finally:
             with self._lock:
                 self._stop_query()
             self.member.close()
 
     # -- internals --------------------------------------------------------------------------------
-    def _current_query(self):
-        with self._lock:
-            return self._query
-
     def _check_query(self) -> str:
         with self._lock:
             query = self._query

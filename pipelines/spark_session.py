@@ -58,4 +58,5 @@ def get_or_create_spark(app_name: str, settings: Mapping[str, str] | None = None
 
 
 def _running_under_spark_submit() -> bool:
-    return "PYSPARK_GATEWAY_PORT" in os.environ or "SPARK_SUBMIT" in os.environ.get("_", "")
+    """spark-submit starts the Python driver with the gateway of its own JVM."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Producer
-from deltalake import DeltaTable
 
 from pipelines.paths import PROJECT_ROOT
 
@@ -137,20 +136,3 @@ class SteadyProducer:
         self._thread.join(30)
         assert self._producer.flush(60) == 0
         return self.acked
-
-
-def log_end_offsets(acked) -> dict[tuple[str, int], int]:
-    ends: dict[tuple[str, int], int] = {}
-    for topic, partition, offset in acked:
-        ends[(topic, partition)] = max(ends.get((topic, partition), 0), offset + 1)
-    return ends
-
-
-def table_reached(table_path: str, app_id: str, ends: dict[tuple[str, int], int]) -> bool:
-    """True once the table's recorded offset of every partition reaches ``ends``."""
-    try:
-        table = DeltaTable(table_path)
-    except Exception:  # noqa: BLE001 - not created yet
-        return False
-    return all((table.transaction_version(f"{app_id}:offset:{t}:{p}") or 0) >= end
-               for (t, p), end in ends.items())

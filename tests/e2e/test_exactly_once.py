@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import load_pipeline
-from tests.e2e.harness import (MemberProcess, SteadyProducer, log_end_offsets, table_reached,
-                               wait_until)
-from tests.support.kafka_data import create_topic, delta_coordinates, write_pipeline
+from tests.e2e.harness import MemberProcess, SteadyProducer, wait_until
+from tests.support.kafka_data import (create_topic, delta_coordinates, log_end_offsets, table_reached,
+                                      write_pipeline)
 
 pytestmark = pytest.mark.e2e
 PARTITIONS = 12

@@ -11,8 +11,8 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from groupmgr.assignors.api import TopicPartition
 from pipelines.config import load_pipeline
 from pipelines.runner import PipelineRunner, group_member_factory
-from tests.e2e.harness import log_end_offsets, table_reached
-from tests.support.kafka_data import create_topic, delta_coordinates, json_events, produce, write_pipeline
+from tests.support.kafka_data import (create_topic, delta_coordinates, json_events, log_end_offsets,
+                                      produce, table_reached, write_pipeline)
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ import pytest
 from groupmgr.assignors.api import TopicPartition
 from pipelines.config import load_pipeline
 from pipelines.runner import PipelineRunner
-from tests.support.kafka_data import (create_topic, delta_coordinates, json_events, produce,
-                                      write_pipeline)
+from tests.support.kafka_data import (create_topic, delta_coordinates, json_events,
+                                      log_end_offsets, produce, table_reached, write_pipeline)
 from tests.support.static_member import StaticMember
 
 pytestmark = pytest.mark.integration
@@ -24,12 +24,8 @@ def _run_until(runner, predicate, timeout_s=120.0):
 
 
 def _recorded_all(runner, partitions, produced):
-    ends: dict[TopicPartition, int] = {}
-    for topic, p, offset in produced:
-        tp = TopicPartition(topic, p)
-        ends[tp] = max(ends.get(tp, 0), offset + 1)
-    return lambda: all((v or 0) >= ends.get(tp, 0)
-                       for tp, v in runner.tables.table.recorded_offsets(partitions).items())
+    ends = log_end_offsets(produced)
+    return lambda: table_reached(runner.config.sink.path, runner.config.name, ends)
 
 
 def test_records_land_once_and_restart_resumes_from_delta(bootstrap, spark, tmp_path, unique_name):

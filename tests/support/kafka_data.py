@@ -8,6 +8,9 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from groupmgr.assignors.api import TopicPartition
+from sinks.txn_table import read_recorded_offsets
+
 
 def create_topic(bootstrap: str, topic: str, partitions: int, replication: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -63,3 +66,18 @@ def delta_coordinates(spark, path) -> list[tuple[str, int, int]]:
     """All (topic, partition, offset) rows of a Delta table, read through delta-spark."""
     rows = spark.read.format("delta").load(str(path)).select("topic", "partition", "offset").collect()
     return [(r.topic, r.partition, r.offset) for r in rows]
+
+
+def log_end_offsets(produced) -> dict[TopicPartition, int]:
+    """Per partition, the next offset after the highest produced (topic, partition, offset)."""
+    ends: dict[TopicPartition, int] = {}
+    for topic, partition, offset in produced:
+        tp = TopicPartition(topic, partition)
+        ends[tp] = max(ends.get(tp, 0), offset + 1)
+    return ends
+
+
+def table_reached(table_path: str, app_id: str, ends: dict[TopicPartition, int]) -> bool:
+    """True once the table records every partition at or past ``ends`` (False before it exists)."""
+    recorded = read_recorded_offsets(table_path, app_id, ends)
+    return bool(recorded) and all((recorded[tp] or 0) >= end for tp, end in ends.items())

@@ -30,7 +30,7 @@ class FakeLog:
 
 def make_writer(calls, table_error=None):
     targets = TableTargets(FakeTable("table", calls, table_error), FakeTable("dead", calls), {}, {})
-    writer = BatchWriter(RecordFormat("raw"), None, targets, FakeLog(),
+    writer = BatchWriter(RecordFormat("raw", None, 1024), None, targets, FakeLog(),
                          commit_kafka=lambda offsets, meta: calls.append(("kafka", offsets, meta)) or True,
                          report=lambda report: calls.append("report"),
                          refused=lambda batch_id, err: calls.append("refused"))
