@@ -2,9 +2,11 @@
 
 Measures, on the same inputs in the same run:
 
-* ours: ``range``, ``roundrobin``, ``sticky`` cold (no owned partitions) and
-  ``sticky`` warm (every member rejoins owning its cold result), plus the cost
-  of :func:`validate_assignment` on the range result (what the leader adds);
+* ours: ``range``, ``roundrobin``, ``sticky`` cold (no owned partitions),
+  ``sticky`` warm (every member rejoins owning its cold result), ``sticky``
+  join (the group had one member fewer; everyone rejoins owning that result
+  and one new member arrives, the rebalance that moves partitions), plus the
+  cost of :func:`validate_assignment` on the range result (what the leader adds);
 * kafka-python 3.x ``RangePartitionAssignor`` / ``RoundRobinPartitionAssignor``
   (``kafka.coordinator.assignors.*``) through a minimal ClusterMetadata stand-in.
 
@@ -98,7 +100,7 @@ def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
 
 def repeats_for(partitions: int, members: int) -> int:
     size = partitions * max(1, members // 100)
-    return 9 if size <= 1_000 else 7 if size <= 10_000 else 5 if size <= 100_000 else 3
+    return 51 if size <= 10_000 else 11 if size <= 100_000 else 5
 
 
 def kafka_python_classes() -> tuple[Any, Any]:
@@ -124,6 +126,10 @@ def measure_cell(partitions: int, members: int, kp_range: Any, kp_roundrobin: An
     check_same_as_kafka_python(inputs, kp_range)
     cold = sticky_assign(counts, subs)
     warm_subs = {m: Subscription(s.topics, owned_partitions=cold[m], generation_id=1) for m, s in subs.items()}
+    newcomer = max(subs)
+    before = sticky_assign(counts, {m: s for m, s in subs.items() if m != newcomer})
+    join_subs = {m: Subscription(s.topics, owned_partitions=before.get(m, ()), generation_id=1)
+                 for m, s in subs.items()}
     ranged = range_assign(counts, subs)
     repeats = repeats_for(partitions, members)
     contenders: dict[str, Callable[[], Any]] = {
@@ -133,6 +139,7 @@ def measure_cell(partitions: int, members: int, kp_range: Any, kp_roundrobin: An
         "kafka_python_roundrobin": lambda: kp_roundrobin.assign(inputs["kp_cluster"], inputs["kp_members"]),
         "sticky_cold": lambda: sticky_assign(counts, subs),
         "sticky_warm": lambda: sticky_assign(counts, warm_subs),
+        "sticky_join": lambda: sticky_assign(counts, join_subs),
         "validate": lambda: validate_assignment("range", counts, subs, ranged),
     }
     ms = {name: round(median_seconds(fn, repeats) * 1000, 3) for name, fn in contenders.items()}
@@ -167,18 +174,21 @@ def markdown(report: dict[str, Any]) -> str:
         f"{meta['kafka_python']}, {meta['cpus']} CPUs, generated {meta['generated_at']} "
         f"by `bench/bench_assignors.py` in {meta['total_seconds']} s.",
         "ratio = ours / kafka-python (below 1: ours is faster). validate = `validate_assignment` on the range result.",
+        "sticky cold: nobody owns anything; warm: everyone rejoins owning its partitions; "
+        "join: one new member joins a settled group.",
         "Cyclic GC is off while a call is timed (as in `timeit`).",
         "",
         "| partitions | members | range | kafka-python range | ratio | roundrobin | kafka-python roundrobin | ratio "
-        "| sticky cold | sticky warm | validate |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| sticky cold | sticky warm | sticky join | validate |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in report["results"]:
         ms, ratio = row["median_ms"], row["ratio_ours_over_kafka_python"]
         lines.append(
             f"| {row['partitions']:,} | {row['members']:,} | {ms['range']:.3f} | {ms['kafka_python_range']:.3f} "
             f"| {ratio['range']:.2f} | {ms['roundrobin']:.3f} | {ms['kafka_python_roundrobin']:.3f} "
-            f"| {ratio['roundrobin']:.2f} | {ms['sticky_cold']:.3f} | {ms['sticky_warm']:.3f} | {ms['validate']:.3f} |")
+            f"| {ratio['roundrobin']:.2f} | {ms['sticky_cold']:.3f} | {ms['sticky_warm']:.3f} "
+            f"| {ms['sticky_join']:.3f} | {ms['validate']:.3f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import abc
 import functools
+from collections import deque
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Iterable, Mapping, NamedTuple, Sequence
+from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 
 class TopicPartition(NamedTuple):
@@ -32,9 +33,28 @@ Assignment = dict[str, list[TopicPartition]]
 _new_tp = functools.partial(tuple.__new__, TopicPartition)
 
 
+def as_topic_partitions(pairs: Iterable[tuple[str, int]]) -> list[TopicPartition]:
+    """``pairs`` as TopicPartition values, built in C (about 0.2 us each); no type checks."""
+    return list(map(_new_tp, pairs))
+
+
 def topic_partitions(topic: str, count: int) -> list[TopicPartition]:
     """``[TopicPartition(topic, 0), ..., TopicPartition(topic, count - 1)]`` (empty if count <= 0)."""
-    return list(map(_new_tp, zip([topic] * max(count, 0), range(count))))
+    return as_topic_partitions(zip([topic] * max(count, 0), range(count)))
+
+
+def extend_each(buckets: Mapping[str, list] | list[list], keys: Iterable, chunks: Iterable[list]) -> None:
+    """``buckets[key].extend(chunk)`` for each (key, chunk) pair, stopping at the shorter input.
+
+    The loop runs in C (``map``): assignors call this once per member and
+    topic, which in a Python loop costs about a millisecond per 1,000 members.
+    """
+    deque(map(list.extend, map(buckets.__getitem__, keys), chunks), maxlen=0)
+
+
+def append_each(buckets: Mapping[str, list] | list[list], keys: Iterable, items: Iterable) -> None:
+    """``buckets[key].append(item)`` for each (key, item) pair, stopping at the shorter input; loops in C."""
+    deque(map(list.append, map(buckets.__getitem__, keys), items), maxlen=0)
 
 
 def java_string_key(text: str) -> bytes:
@@ -138,11 +158,34 @@ class MemberInfo:
         return hash(self._key)
 
 
+def _text_key(texts: Iterable[str]) -> Callable[[str], str | bytes] | None:
+    """Sort key for these strings that orders like Java: ``None`` (plain ``str`` order) when all are ASCII.
+
+    Python's code-point order equals Java's UTF-16 order unless a character
+    beyond U+FFFF is involved; ASCII is the cheap sufficient test
+    (``str.isascii`` is O(1) in CPython).
+    """
+    return None if "".join(texts).isascii() else java_string_key
+
+
 def sorted_member_ids(subscriptions: Mapping[str, Subscription], member_ids: Iterable[str] | None = None) -> list[str]:
-    """Member ids in :class:`MemberInfo` order (all of ``subscriptions`` unless ``member_ids`` given)."""
-    ids = subscriptions.keys() if member_ids is None else member_ids
-    infos = sorted(MemberInfo.of(m, subscriptions[m]) for m in ids)
-    return [info.member_id for info in infos]
+    """Member ids in :class:`MemberInfo` order (all of ``subscriptions`` unless ``member_ids`` given).
+
+    The same order as ``sorted(MemberInfo.of(m, subscriptions[m]) ...)`` (a
+    property test checks this), computed without building MemberInfo values:
+    static members sorted by (instance id, member id), then dynamic members
+    by member id, with plain string comparison when every string is ASCII.
+    """
+    ids = list(subscriptions.keys() if member_ids is None else member_ids)
+    instances = [subscriptions[m].group_instance_id for m in ids]
+    static = [(instance, m) for m, instance in zip(ids, instances) if instance is not None]
+    dynamic = ids if not static else [m for m, instance in zip(ids, instances) if instance is None]
+    key = _text_key(ids + [instance for instance, _ in static])
+    dynamic = sorted(dynamic, key=key)
+    if not static:
+        return dynamic
+    static.sort(key=None if key is None else lambda pair: (key(pair[0]), key(pair[1])))
+    return [m for _, m in static] + dynamic
 
 
 class PartitionAssignor(abc.ABC):

@@ -21,9 +21,19 @@ when topics are co-partitioned). Every member id appears in the result.
 
 from __future__ import annotations
 
-from typing import Mapping
+from itertools import chain
+from typing import Iterable, Mapping
 
-from .api import Assignment, PartitionAssignor, Subscription, TopicPartition, sorted_member_ids, topic_partitions
+from .api import (
+    Assignment,
+    PartitionAssignor,
+    Subscription,
+    TopicPartition,
+    append_each,
+    extend_each,
+    sorted_member_ids,
+    topic_partitions,
+)
 
 
 def subscribers_per_topic(subscriptions: Mapping[str, Subscription]) -> dict[str, list[str]]:
@@ -32,9 +42,17 @@ def subscribers_per_topic(subscriptions: Mapping[str, Subscription]) -> dict[str
     Members are grouped by their (deduplicated) topic set first, so a group whose members share
     a subscription costs O(members + topics), not O(members x topics)."""
     ordered = sorted_member_ids(subscriptions)
+    raws = [subscriptions[member_id].topics for member_id in ordered]
+    if raws and raws.count(raws[0]) == len(raws):  # the usual group: everybody subscribes to the same topics
+        return {topic: ordered for topic in dict.fromkeys(raws[0])}
+    distinct: dict[tuple[str, ...], tuple[str, ...]] = {}  # raw topics -> de-duplicated, computed once
     by_topics: dict[tuple[str, ...], list[str]] = {}
     for member_id in ordered:
-        by_topics.setdefault(tuple(dict.fromkeys(subscriptions[member_id].topics)), []).append(member_id)
+        raw = subscriptions[member_id].topics
+        topics = distinct.get(raw)
+        if topics is None:
+            topics = distinct[raw] = tuple(dict.fromkeys(raw))
+        by_topics.setdefault(topics, []).append(member_id)
     if len(by_topics) == 1:
         (topics, members), = by_topics.items()
         return {topic: members for topic in topics}
@@ -46,16 +64,17 @@ def subscribers_per_topic(subscriptions: Mapping[str, Subscription]) -> dict[str
     return {topic: sorted(members, key=rank.__getitem__) for topic, members in per_topic.items()}
 
 
-def range_split(partitions: list[TopicPartition], members: list[str]) -> dict[str, list[TopicPartition]]:
-    """Split ``partitions`` into consecutive ranges: ``len div n`` each, first ``len mod n`` get one more."""
-    quota, extra = divmod(len(partitions), len(members))
-    out: dict[str, list[TopicPartition]] = {}
-    start = 0
-    for index, member_id in enumerate(members if quota else members[:extra]):  # skip empty ranges
-        length = quota + (1 if index < extra else 0)
-        out[member_id] = partitions[start:start + length]
-        start += length
-    return out
+def range_chunks(partitions: list[TopicPartition], members: int) -> Iterable[list[TopicPartition]]:
+    """Consecutive ranges of ``partitions`` for ``members`` members in order: ``len div members`` each,
+    the first ``len mod members`` one more; empty ranges at the end are left out.
+
+    Built in C with the "grouper" idiom (``zip`` over one shared iterator), so
+    1,000 members cost a fraction of a millisecond.
+    """
+    quota, extra = divmod(len(partitions), members)
+    split = extra * (quota + 1)
+    longer = map(list, zip(*[iter(partitions[:split])] * (quota + 1)))
+    return chain(longer, map(list, zip(*[iter(partitions[split:])] * quota))) if quota else longer
 
 
 def range_assign(partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]) -> Assignment:
@@ -66,8 +85,11 @@ def range_assign(partitions_per_topic: Mapping[str, int], subscriptions: Mapping
         count = partitions_per_topic.get(topic)
         if not count or count <= 0:
             continue
-        for member_id, chunk in range_split(topic_partitions(topic, count), per_topic[topic]).items():
-            assignment[member_id].extend(chunk)
+        members, partitions = per_topic[topic], topic_partitions(topic, count)
+        if count <= len(members):  # one each for the first `count` members
+            append_each(assignment, members, partitions)
+        else:
+            extend_each(assignment, members, range_chunks(partitions, len(members)))
     return assignment
 
 

@@ -22,12 +22,14 @@ C1 subscribes t0 and t1, C2 subscribes t0, t1 and t2::
 Guarantees: every partition of a subscribed topic with metadata is assigned
 exactly once, only to a subscriber; with identical subscriptions the counts
 differ by at most one; with static members whose count and subscriptions do
-not change, the assignment is stable across restarts. Runs in O(P + T*M).
+not change, the assignment is stable across restarts. Runs in O(P + M log M + S)
+(S: total subscription size).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
+from itertools import repeat
 from typing import Mapping
 
 from .api import (
@@ -35,10 +37,28 @@ from .api import (
     PartitionAssignor,
     Subscription,
     TopicPartition,
+    append_each,
+    extend_each,
     java_string_key,
     sorted_member_ids,
     topic_partitions,
 )
+
+
+def subscriber_indexes(subscriptions: Mapping[str, Subscription], members: list[str]) -> dict[str, list[int]]:
+    """Topic -> ascending indexes into ``members`` of its subscribers (lists may be shared: read only).
+
+    O(members) when every member subscribes to the same topics, else
+    O(sum of subscription sizes).
+    """
+    raws = [subscriptions[m].topics for m in members]
+    if raws and raws.count(raws[0]) == len(raws):
+        return dict.fromkeys(raws[0], list(range(len(members))))
+    out: dict[str, list[int]] = {}
+    for index, topics in enumerate(raws):
+        for topic in dict.fromkeys(topics):
+            out.setdefault(topic, []).append(index)
+    return out
 
 
 def _deal(
@@ -58,26 +78,29 @@ def _deal(
     first = bisect_left(eligible, position) % len(eligible)
     rotated = eligible[first:] + eligible[:first]
     step = len(rotated)
-    for offset, member_index in enumerate(rotated[: len(partitions)]):
-        buckets[member_index].extend(partitions[offset::step])
+    if len(partitions) <= step:  # one each for the first len(partitions) members of the rotation
+        append_each(buckets, rotated, partitions)
+    else:  # member k of the rotation gets partitions[k::step]
+        extend_each(buckets, rotated, map(partitions.__getitem__, map(slice, range(step), repeat(None), repeat(step))))
     return rotated[(len(partitions) - 1) % step]
 
 
 def roundrobin_assign(partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]) -> Assignment:
     """Kafka's round-robin assignment; lists are sorted by (topic, partition)."""
     members = sorted_member_ids(subscriptions)
-    topic_sets = [frozenset(subscriptions[m].topics) for m in members]
+    eligible_per_topic = subscriber_indexes(subscriptions, members)
     buckets: list[list[TopicPartition]] = [[] for _ in members]
-    all_topics = set().union(*topic_sets) if topic_sets else set()
     position = 0  # index of the member the circular iterator points at
-    for topic in sorted(all_topics, key=java_string_key):
+    topics = sorted(eligible_per_topic, key=java_string_key)  # Kafka sorts topics as Java strings
+    for topic in topics:
         count = partitions_per_topic.get(topic)
         if not count or count <= 0:
             continue
-        eligible = [i for i, topics in enumerate(topic_sets) if topic in topics]
-        last = _deal(topic_partitions(topic, count), eligible, position, buckets)
+        last = _deal(topic_partitions(topic, count), eligible_per_topic[topic], position, buckets)
         position = (last + 1) % len(members)
-    return {member_id: sorted(bucket) for member_id, bucket in zip(members, buckets)}
+    if topics != sorted(topics):  # Java and Python order differ: buckets are not sorted by (topic, partition)
+        buckets = [sorted(bucket) for bucket in buckets]
+    return dict(zip(members, buckets))
 
 
 class RoundRobinAssignor(PartitionAssignor):

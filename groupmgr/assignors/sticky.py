@@ -43,32 +43,51 @@ iteration order of the inputs; lists are sorted by (topic, partition).
 from __future__ import annotations
 
 import heapq
+from collections import deque
+from itertools import accumulate, chain, compress, filterfalse, repeat
+from operator import itemgetter, sub
 from typing import Mapping, Sequence
 
-from .api import Assignment, PartitionAssignor, Subscription, TopicPartition, sorted_member_ids, topic_partitions
+from .api import (
+    Assignment,
+    PartitionAssignor,
+    Subscription,
+    TopicPartition,
+    as_topic_partitions,
+    extend_each,
+    sorted_member_ids,
+    topic_partitions,
+)
+from .range import range_chunks
 
 
 def effective_topics(partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription],
                      members: Sequence[str]) -> list[frozenset[str]]:
-    """Per member (in ``members`` order): its subscribed topics that have at least one partition."""
-    def has_partitions(topic: str) -> bool:
-        count = partitions_per_topic.get(topic)
-        return bool(count) and count > 0
-    return [frozenset(t for t in subscriptions[m].topics if has_partitions(t)) for m in members]
+    """Per member (in ``members`` order): its subscribed topics that have at least one partition.
+
+    Computed once per distinct subscription, so members with equal subscriptions share one set."""
+    with_partitions = frozenset(t for t, count in partitions_per_topic.items() if count and count > 0)
+    raws = [subscriptions[m].topics for m in members]
+    if raws and raws.count(raws[0]) == len(raws):  # the usual group: one subscription
+        return [with_partitions.intersection(raws[0])] * len(raws)
+    per_subscription = {raw: with_partitions.intersection(raw) for raw in set(raws)}
+    return list(map(per_subscription.__getitem__, raws))
 
 
-def _valid_claims(subscriptions: Mapping[str, Subscription], members: Sequence[str],
-                  topics: Sequence[frozenset[str]], universe: set[TopicPartition]) -> list[list[TopicPartition]]:
+def _valid_claims(claimed: Sequence[Sequence[TopicPartition]], topics: Sequence[frozenset[str]],
+                  universe: set[TopicPartition]) -> list[list[TopicPartition]]:
     """Per member: its distinct claimed partitions that exist and that it still subscribes to.
 
     Keeps the claim order (usually sorted already), which makes the final sort cheap.
     """
-    every_topic = frozenset().union(*topics)
+    every_topic = frozenset().union(*set(topics))
     claims = []
-    for member_id, subscribed in zip(members, topics):
-        distinct = dict.fromkeys(subscriptions[member_id].owned_partitions)
-        if subscribed == every_topic:
-            claims.append([tp for tp in distinct if tp in universe])
+    for owned, subscribed in zip(claimed, topics):
+        distinct = dict.fromkeys(owned)
+        if not distinct:
+            claims.append([])
+        elif subscribed == every_topic:
+            claims.append(list(filter(universe.__contains__, distinct)))
         else:
             claims.append([tp for tp in distinct if tp in universe and tp.topic in subscribed])
     return claims
@@ -96,47 +115,91 @@ def _settle_conflicts(subscriptions: Mapping[str, Subscription], members: Sequen
     return owned
 
 
-def resolve_owned(subscriptions: Mapping[str, Subscription], members: Sequence[str],
-                  topics: Sequence[frozenset[str]], all_partitions: list[TopicPartition]) -> list[list[TopicPartition]]:
-    """Valid, conflict-free owned partitions per member index, in no particular order.
+def partitions_of(counts: Mapping[str, int]) -> list[TopicPartition]:
+    """Every partition of ``counts``' topics, sorted by (topic, partition)."""
+    return list(chain.from_iterable(topic_partitions(t, counts[t]) for t in sorted(counts)))
 
-    A claim is valid if the partition exists and the member subscribes to its
-    topic. In the common case (nobody claims a partition twice) the claims are
+
+def unclaimed(counts: Mapping[str, int], taken: set[TopicPartition]) -> list[TopicPartition]:
+    """Partitions of ``counts`` not in ``taken``, sorted by (topic, partition).
+
+    Candidates are plain ``(topic, partition)`` tuples (they hash and compare
+    like TopicPartition); only the unclaimed ones become TopicPartition values.
+    """
+    pool: list[TopicPartition] = []
+    for topic in sorted(counts):
+        pool += as_topic_partitions(filterfalse(taken.__contains__, zip(repeat(topic), range(counts[topic]))))
+    return pool
+
+
+def _claims_exist(flat: list[TopicPartition], counts: Mapping[str, int], topics: frozenset[str]) -> bool:
+    """True only if every claim in non-empty ``flat`` is an existing partition of ``topics``.
+
+    Checked in C without hashing a single TopicPartition: claimed topics
+    within ``topics``, partition numbers in ``[0, smallest count)``. False
+    can also mean "not sure" (unequal counts); callers then check one by one.
+    """
+    claimed_topics = set(map(itemgetter(0), flat))
+    if not claimed_topics.issubset(topics):
+        return False
+    numbers = list(map(itemgetter(1), flat))
+    return min(numbers) >= 0 and max(numbers) < min(map(counts.__getitem__, claimed_topics))
+
+
+def resolve_owned(subscriptions: Mapping[str, Subscription], members: Sequence[str],
+                  topics: Sequence[frozenset[str]], counts: Mapping[str, int]) -> list[list[TopicPartition]]:
+    """Valid, conflict-free owned partitions per member index (fresh lists, in no particular order).
+
+    A claim is valid if the partition exists (``counts``: partitions per
+    topic any member subscribes to) and the member subscribes to its topic.
+    In the common case (nobody claims a partition twice) the claims are
     returned as they are; otherwise the highest generation wins and a tie voids.
     """
-    claims = _valid_claims(subscriptions, members, topics, set(all_partitions))
+    claimed = [subscriptions[m].owned_partitions for m in members]
+    if not any(claimed):  # a new group: nobody owns anything
+        return [[] for _ in members]
+    flat = list(chain.from_iterable(claimed))
+    one_subscription = topics.count(topics[0]) == len(topics)
+    if one_subscription and _claims_exist(flat, counts, topics[0]) and len(set(flat)) == len(flat):
+        return list(map(list, claimed))  # the steady state: every claim valid and unique
+    claims = _valid_claims(claimed, topics, set(partitions_of(counts)))
     if sum(map(len, claims)) == len(set().union(*claims)):
         return claims
     return _settle_conflicts(subscriptions, members, claims)
 
 
 def _quotas(owned_counts: Sequence[int], total: int) -> list[int]:
-    """Per-member quotas summing to ``total``: ``q`` or ``q + 1``, the extra slots to big owners first."""
+    """Per-member quotas summing to ``total``: ``q`` or ``q + 1``; the ``total mod n`` extra slots go to
+    members owning more than ``q`` first, then to the others, each group in member order."""
     base, extra = divmod(total, len(owned_counts))
     quotas = [base] * len(owned_counts)
-    for wants_extra in (True, False):
-        for index, count in enumerate(owned_counts):
-            if extra and quotas[index] == base and (count > base) == wants_extra:
-                quotas[index] += 1
-                extra -= 1
+    big = [index for index, count in enumerate(owned_counts) if count > base]
+    small = [index for index, count in enumerate(owned_counts) if count <= base] if len(big) < extra else []
+    for index in (big + small)[:extra]:
+        quotas[index] += 1
     return quotas
 
 
-def constrained_assign(all_partitions: list[TopicPartition],
-                       owned: list[list[TopicPartition]]) -> list[list[TopicPartition]]:
-    """Sticky assignment when every member subscribes to exactly ``all_partitions``' topics."""
-    quotas = _quotas([len(o) for o in owned], len(all_partitions))
-    kept: list[list[TopicPartition]] = []
-    for quota, mine in zip(quotas, owned):
-        kept.append(mine if len(mine) <= quota else sorted(mine)[:quota])
-    taken = {tp for mine in kept for tp in mine}
-    pool = [tp for tp in all_partitions if tp not in taken] if taken else all_partitions
-    start = 0
-    for quota, mine in zip(quotas, kept):
-        need = quota - len(mine)
-        if need > 0:
-            mine.extend(pool[start:start + need])
-            start += need
+def constrained_assign(counts: Mapping[str, int], owned: list[list[TopicPartition]]) -> list[list[TopicPartition]]:
+    """Sticky assignment when every member subscribes to every topic of ``counts``; lists sorted.
+
+    ``owned`` must come from :func:`resolve_owned` (valid, conflict-free); its
+    lists are reused and modified. When nobody owns anything (a new group)
+    the quotas fall to members in order, so the result is consecutive ranges;
+    when the kept partitions cover every partition, no partition list is built.
+    """
+    if not any(owned):
+        ranges = list(range_chunks(partitions_of(counts), len(owned)))
+        return ranges + [[] for _ in range(len(owned) - len(ranges))]
+    total = sum(counts.values())
+    quotas = _quotas(list(map(len, owned)), total)
+    kept = [mine if len(mine) <= quota else sorted(mine)[:quota] for quota, mine in zip(quotas, owned)]
+    if sum(map(len, kept)) < total:  # kept is valid and unique: it covers everything iff the sizes match
+        pool = unclaimed(counts, set().union(*kept))
+        needs = list(map(sub, quotas, map(len, kept)))
+        ends = list(accumulate(compress(needs, needs)))
+        extend_each(kept, compress(range(len(kept)), needs), map(pool.__getitem__, map(slice, [0] + ends[:-1], ends)))
+    deque(map(list.sort, kept), maxlen=0)  # in place: no list per member is copied again
     return kept
 
 
@@ -254,17 +317,16 @@ def _balance(state: _State) -> None:
 
 
 def general_assign(topics: list[frozenset[str]], owned: list[list[TopicPartition]],
-                   all_partitions: list[TopicPartition]) -> list[list[TopicPartition]]:
-    """Best-effort balanced sticky assignment for uneven subscriptions."""
+                   counts: Mapping[str, int]) -> list[list[TopicPartition]]:
+    """Best-effort balanced sticky assignment for uneven subscriptions; lists sorted."""
     state = _State(topics, owned)
     taken = {tp for mine in owned for tp in mine}
     unowned_by_topic: dict[str, list[TopicPartition]] = {}
-    for tp in all_partitions:
-        if tp not in taken:
-            unowned_by_topic.setdefault(tp.topic, []).append(tp)
+    for tp in unclaimed(counts, taken):
+        unowned_by_topic.setdefault(tp.topic, []).append(tp)
     _fill_unowned(state, unowned_by_topic)
     _balance(state)
-    return [[tp for held in holdings.values() for tp in held] for holdings in state.holdings]
+    return [sorted(chain.from_iterable(holdings.values())) for holdings in state.holdings]
 
 
 def sticky_assign(partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]) -> Assignment:
@@ -273,13 +335,13 @@ def sticky_assign(partitions_per_topic: Mapping[str, int], subscriptions: Mappin
     if not members:
         return {}
     topics = effective_topics(partitions_per_topic, subscriptions, members)
-    all_partitions = [tp for t in sorted(set().union(*topics)) for tp in topic_partitions(t, partitions_per_topic[t])]
-    owned = resolve_owned(subscriptions, members, topics, all_partitions)
-    if all(t == topics[0] for t in topics):
-        result = constrained_assign(all_partitions, owned)
+    counts = {topic: partitions_per_topic[topic] for topic in set().union(*set(topics))}
+    owned = resolve_owned(subscriptions, members, topics, counts)
+    if topics.count(topics[0]) == len(topics):
+        result = constrained_assign(counts, owned)
     else:
-        result = general_assign(topics, owned, all_partitions)
-    return {member_id: sorted(mine) for member_id, mine in zip(members, result)}
+        result = general_assign(topics, owned, counts)
+    return dict(zip(members, result))
 
 
 class StickyAssignor(PartitionAssignor):

@@ -8,17 +8,23 @@ rebalance each partition of the subscribed topics has exactly one owner).
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping
-from functools import partial
+from itertools import chain
 from operator import itemgetter
 from typing import Any
 
-from .api import Assignment, PartitionAssignor, Subscription, TopicPartition, sorted_member_ids
+from .api import (
+    Assignment,
+    PartitionAssignor,
+    Subscription,
+    TopicPartition,
+    as_topic_partitions,
+    sorted_member_ids,
+)
 from .errors import AssignorFailedError, InvalidAssignmentError
 
 _MAX_LISTED = 10  # partitions listed in error details; the full count is always given
-_new_tp = partial(tuple.__new__, TopicPartition)
 
 
 def assignor_input(partitions_per_topic: Mapping[str, int],
@@ -27,12 +33,12 @@ def assignor_input(partitions_per_topic: Mapping[str, int],
 
     Raises TypeError / ValueError for malformed input (a caller bug, not an assignor's).
     """
-    members: dict[str, Subscription] = {}
-    for member_id, subscription in subscriptions.items():
-        if not isinstance(member_id, str) or not isinstance(subscription, Subscription):
-            raise TypeError(f"subscriptions must map str -> Subscription, got {member_id!r}: {subscription!r}")
-        members[member_id] = subscription
-    subscribed = {topic for s in members.values() for topic in s.topics}
+    members = dict(subscriptions)
+    if not (set(map(type, members)) <= {str} and set(map(type, members.values())) <= {Subscription}):
+        for member_id, subscription in members.items():  # slow path: subclasses are fine too
+            if not isinstance(member_id, str) or not isinstance(subscription, Subscription):
+                raise TypeError(f"subscriptions must map str -> Subscription, got {member_id!r}: {subscription!r}")
+    subscribed = set(chain.from_iterable(set(s.topics for s in members.values())))
     counts: dict[str, int] = {}
     for topic, count in partitions_per_topic.items():
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
@@ -53,14 +59,22 @@ def _first_bad_item(items: list[Any]) -> Any:
     return None
 
 
-def _normalized_list(name: str, member_id: str, partitions: Any) -> list[TopicPartition]:
-    """``partitions`` as a list of TopicPartition; every item must be a (str, int) tuple.
-
-    Type checks run over ``map`` in C, so 100,000 partitions cost milliseconds.
-    """
+def _as_list(name: str, member_id: str, partitions: Any) -> list[Any]:
+    """A fresh list of ``partitions`` (the plug-in keeps no handle on what is validated)."""
     if isinstance(partitions, (str, bytes)) or not isinstance(partitions, Iterable):
         raise _fail(name, "bad_result_type", member=member_id, value=repr(partitions)[:200])
-    items = list(partitions)
+    return list(partitions)
+
+
+def _all_topic_partitions(items: list[Any]) -> bool:
+    """Every item is a TopicPartition of (str, int); checked over ``map`` in C."""
+    return (set(map(type, items)) <= {TopicPartition}
+            and set(map(type, map(itemgetter(0), items))) <= {str}
+            and set(map(type, map(itemgetter(1), items))) <= {int})
+
+
+def _as_topic_partitions(name: str, member_id: str, items: list[Any]) -> list[TopicPartition]:
+    """``items`` as TopicPartitions; every item must be a (str, int) tuple (slow path: not all TopicPartition)."""
     shapes_ok = (
         all(issubclass(kind, tuple) for kind in set(map(type, items)))
         and set(map(len, items)) <= {2}
@@ -69,40 +83,84 @@ def _normalized_list(name: str, member_id: str, partitions: Any) -> list[TopicPa
     )
     if not shapes_ok:
         raise _fail(name, "bad_result_type", member=member_id, value=repr(_first_bad_item(items))[:200])
-    if set(map(type, items)) <= {TopicPartition}:
-        return items
-    return list(map(_new_tp, items))
+    return as_topic_partitions(items)
+
+
+def _normalized(name: str, order: list[str], assignment: Mapping[str, Any]) -> Assignment:
+    """Member -> sorted list of TopicPartition, keys in ``order``; raises bad_result_type for anything else.
+
+    Type checks run once over all partitions, in C, so 100,000 partitions cost milliseconds."""
+    given = list(map(assignment.__getitem__, order))
+    if set(map(type, given)) <= {list}:
+        lists = list(map(list.copy, given))
+    else:
+        lists = [_as_list(name, member_id, items) for member_id, items in zip(order, given)]
+    if not _all_topic_partitions(list(chain.from_iterable(lists))):
+        lists = [_as_topic_partitions(name, member_id, items) for member_id, items in zip(order, lists)]
+    deque(map(list.sort, lists), maxlen=0)
+    return dict(zip(order, lists))
 
 
 def _check_members(name: str, assignment: Any, subscriptions: Mapping[str, Subscription]) -> None:
     if not isinstance(assignment, Mapping):
         raise _fail(name, "bad_result_type", value=type(assignment).__name__)
+    if len(assignment) == len(subscriptions) and all(map(subscriptions.__contains__, assignment)):
+        return
     unknown = sorted(m for m in assignment if m not in subscriptions)
     if unknown:
         raise _fail(name, "unknown_member", members=unknown)
     missing = sorted(m for m in subscriptions if m not in assignment)
-    if missing:
-        raise _fail(name, "missing_member", members=missing)
+    raise _fail(name, "missing_member", members=missing)
 
 
 def _owner_of(assignment: Mapping[str, list[TopicPartition]], tp: TopicPartition) -> list[str]:
     return sorted(m for m, partitions in assignment.items() for _ in range(partitions.count(tp)))
 
 
+def _stray_member(assignment: Mapping[str, list[TopicPartition]], subscriptions: Mapping[str, Subscription],
+                  assigned_topics: set[str]) -> str | None:
+    """The first member (sorted by id) holding a partition of a topic it does not subscribe to, else None."""
+    raws = [subscriptions[m].topics for m in assignment]
+    if raws and raws.count(raws[0]) == len(raws) and assigned_topics.issubset(raws[0]):
+        return None  # one subscription for all, and it covers every assigned topic
+    for member_id in sorted(assignment):
+        if not set(map(itemgetter(0), assignment[member_id])).issubset(subscriptions[member_id].topics):
+            return member_id
+    return None
+
+
+def _unknown_partitions(flat: list[TopicPartition], assigned_topics: set[str],
+                        partitions_per_topic: Mapping[str, int]) -> list[TopicPartition]:
+    """Sorted distinct items of ``flat`` outside ``0 <= partition < partitions_per_topic[topic]``.
+
+    Fast when all is well: every topic known and every partition number
+    below the smallest partition count of those topics (one C pass each).
+    """
+    if flat and assigned_topics.issubset(partitions_per_topic):
+        numbers = list(map(itemgetter(1), flat))
+        if min(numbers) >= 0 and max(numbers) < min(map(partitions_per_topic.__getitem__, assigned_topics)):
+            return []
+    elif not flat:
+        return []
+    return sorted({tp for tp in flat if not 0 <= tp.partition < partitions_per_topic.get(tp.topic, 0)})
+
+
 def _check_partitions(name: str, assignment: Mapping[str, list[TopicPartition]],
                       partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]) -> None:
     """Raise for the first broken rule in this order: unknown, non-subscriber, twice, unassigned."""
-    assigned: set[TopicPartition] = set().union(*assignment.values()) if assignment else set()
-    unknown = sorted(tp for tp in assigned if not 0 <= tp.partition < partitions_per_topic.get(tp.topic, 0))
+    flat = list(chain.from_iterable(assignment.values()))
+    assigned = set(flat)
+    assigned_topics = set(map(itemgetter(0), flat))
+    unknown = _unknown_partitions(flat, assigned_topics, partitions_per_topic)
     if unknown:
         raise _fail(name, "unknown_partition", member=_owner_of(assignment, unknown[0])[0], partition=unknown[0])
-    for member_id in sorted(assignment):
-        stray = set(map(itemgetter(0), assignment[member_id])).difference(subscriptions[member_id].topics)
-        if stray:
-            tp = next(tp for tp in assignment[member_id] if tp.topic in stray)
-            raise _fail(name, "assigned_to_non_subscriber", member=member_id, partition=tp)
-    if sum(map(len, assignment.values())) > len(assigned):
-        counts = Counter(tp for partitions in assignment.values() for tp in partitions)
+    stray_member = _stray_member(assignment, subscriptions, assigned_topics)
+    if stray_member is not None:
+        topics = subscriptions[stray_member].topics
+        tp = next(tp for tp in assignment[stray_member] if tp.topic not in topics)
+        raise _fail(name, "assigned_to_non_subscriber", member=stray_member, partition=tp)
+    if len(flat) > len(assigned):
+        counts = Counter(flat)
         tp = min(tp for tp, n in counts.items() if n > 1)
         raise _fail(name, "partition_assigned_twice", partition=tp, members=_owner_of(assignment, tp))
     if len(assigned) < sum(partitions_per_topic.values()):  # assigned is a subset: no unknown partitions
@@ -119,10 +177,11 @@ def validate_assignment(name: str, partitions_per_topic: Mapping[str, int],
     (see :func:`assignor_input`). Raises :class:`InvalidAssignmentError` unless
     every member appears exactly once, every listed partition exists, belongs
     to a topic its member subscribes to, and is listed once, and every
-    partition of ``partitions_per_topic`` is listed.
+    partition of ``partitions_per_topic`` is listed. The result shares no list
+    with ``assignment``.
     """
     _check_members(name, assignment, subscriptions)
-    normalized = {m: sorted(_normalized_list(name, m, assignment[m])) for m in sorted_member_ids(subscriptions)}
+    normalized = _normalized(name, sorted_member_ids(subscriptions), assignment)
     _check_partitions(name, normalized, partitions_per_topic, subscriptions)
     return normalized
 

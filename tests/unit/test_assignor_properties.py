@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from groupmgr.assignors import (
+    InvalidAssignmentError,
     MemberInfo,
     RangeAssignor,
     RoundRobinAssignor,
@@ -25,10 +26,13 @@ from groupmgr.assignors import (
     TopicPartition,
     run_assignor,
 )
+from groupmgr.assignors.api import sorted_member_ids
 
 TP = TopicPartition
 ASSIGNORS = [RangeAssignor(), RoundRobinAssignor(), StickyAssignor()]
-TOPIC_POOL = ["a", "b", "c", "d", "e"]
+# Topic names include a pair whose Java (UTF-16) and Python (code point) order differ.
+TOPIC_POOL = ["a", "b", "c", "\uffff", "\U00010000"]
+ASCII_TOPICS = ["a", "b", "c", "d", "e"]  # for kafka-python, which sorts topics as Python strings
 PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Member ids mix ASCII with characters whose Java (UTF-16) and Python (code point) order differ.
@@ -64,6 +68,13 @@ def subscribed_partitions(counts, subscriptions):
 
 def member_order(subscriptions):
     return [i.member_id for i in sorted(MemberInfo.of(m, s) for m, s in subscriptions.items())]
+
+
+@PROPS
+@given(group=groups(), seed=st.integers(0, 2**32))
+def test_sorted_member_ids_is_memberinfo_order(group, seed):
+    _, subscriptions = group
+    assert sorted_member_ids(shuffled(subscriptions, seed)) == member_order(subscriptions)
 
 
 # --- invariants for every assignor ---
@@ -112,6 +123,66 @@ def test_range_balances_each_topic_and_favours_earlier_members(group):
         sizes = [sum(1 for tp in result[m] if tp.topic == topic) for m in subscribers]
         assert sizes == sorted(sizes, reverse=True)
         assert not sizes or sizes[0] - sizes[-1] <= 1
+
+
+CORRUPTIONS = ["twice", "drop", "out_of_range", "negative", "unknown_topic", "non_subscriber"]
+EXPECTED_REASON = {"twice": "partition_assigned_twice", "drop": "partition_unassigned",
+                   "out_of_range": "unknown_partition", "negative": "unknown_partition",
+                   "unknown_topic": "unknown_partition", "non_subscriber": "assigned_to_non_subscriber"}
+
+
+def corrupt(result, counts, subscriptions, how, data):
+    """``result`` with one rule broken, or None when this group cannot show that breakage."""
+    broken = {m: list(ps) for m, ps in result.items()}
+    holders = [m for m in sorted(broken) if broken[m]]
+    members = sorted(broken)
+    if how == "twice" and holders:
+        tp = data.draw(st.sampled_from(broken[holders[0]]))
+        other = [m for m in members if m != holders[0] and tp.topic in subscriptions[m].topics]
+        target = data.draw(st.sampled_from(other)) if other else holders[0]
+        broken[target].append(tp)
+    elif how == "drop" and holders:
+        broken[holders[0]].pop(data.draw(st.integers(0, len(broken[holders[0]]) - 1)))
+    elif how in ("out_of_range", "negative") and holders:
+        tp = broken[holders[0]][0]
+        broken[holders[0]].append(TP(tp.topic, counts[tp.topic] + data.draw(st.integers(0, 3))
+                                     if how == "out_of_range" else -1))
+    elif how == "unknown_topic" and members:
+        broken[members[0]].append(TP("zz-not-a-topic", 0))
+    elif how == "non_subscriber" and holders:
+        tp = broken[holders[0]][0]
+        outsiders = [m for m in members if tp.topic not in subscriptions[m].topics]
+        if not outsiders:
+            return None
+        broken[holders[0]].remove(tp)
+        broken[data.draw(st.sampled_from(outsiders))].append(tp)
+    else:
+        return None
+    return broken
+
+
+@pytest.mark.parametrize("how", CORRUPTIONS)
+@PROPS
+@given(group=groups(), data=st.data())
+def test_validator_names_every_broken_rule(how, group, data):
+    counts, subscriptions = group
+    assignor = RoundRobinAssignor()
+    broken = corrupt(assignor.assign(counts, subscriptions), counts, subscriptions, how, data)
+    if broken is None:
+        return
+    with pytest.raises(InvalidAssignmentError) as info:
+        run_assignor(Scripted(broken), counts, subscriptions)
+    assert info.value.reason == EXPECTED_REASON[how]
+
+
+class Scripted(RoundRobinAssignor):
+    name = "scripted"
+
+    def __init__(self, result):
+        self.result = result
+
+    def assign(self, partitions_per_topic, subscriptions):
+        return self.result
 
 
 # --- Range and RoundRobin equal literal ports of Kafka's Java loops ---
@@ -273,13 +344,13 @@ KP_CLASSES = [(kafka_python_range.RangePartitionAssignor, RangeAssignor()),
 
 @pytest.mark.parametrize("kp_cls, ours", KP_CLASSES, ids=["range", "roundrobin"])
 @PROPS
-@given(counts=st.dictionaries(st.sampled_from(TOPIC_POOL), st.integers(1, 12), max_size=5),
+@given(counts=st.dictionaries(st.sampled_from(ASCII_TOPICS), st.integers(1, 12), max_size=5),
        ids=st.lists(st.text("abcxyz0123", min_size=1, max_size=4), min_size=1, max_size=6, unique=True),
        data=st.data())
 def test_kafka_python_agrees_on_dynamic_only_groups(kp_cls, ours, counts, ids, data):
-    shared = data.draw(st.lists(st.sampled_from(sorted(counts) or TOPIC_POOL), max_size=5, unique=True))
+    shared = data.draw(st.lists(st.sampled_from(sorted(counts) or ASCII_TOPICS), max_size=5, unique=True))
     if ours.name == "range":  # kafka-python's RoundRobin cannot skip members (case 2 above)
-        topics = {m: data.draw(st.lists(st.sampled_from(TOPIC_POOL), max_size=5, unique=True)) for m in ids}
+        topics = {m: data.draw(st.lists(st.sampled_from(ASCII_TOPICS), max_size=5, unique=True)) for m in ids}
     else:
         topics = {m: shared for m in ids}
     expected = ours.assign(counts, {m: Subscription(t) for m, t in topics.items()})

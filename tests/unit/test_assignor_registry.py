@@ -196,6 +196,13 @@ def test_valid_result_is_normalised_and_sorted():
     assert run_assignor(Scripted(raw), COUNTS, MEMBERS) == {"a": [TP("t", 0)], "b": [TP("t", 1), TP("u", 0)]}
 
 
+def test_any_iterable_of_pairs_is_accepted_and_the_result_shares_no_list():
+    given = [TP("t", 1), TP("u", 0)]
+    result = run_assignor(Scripted({"a": iter([("t", 0)]), "b": given}), COUNTS, MEMBERS)
+    given.append(TP("t", 0))
+    assert result == {"a": [TP("t", 0)], "b": [TP("t", 1), TP("u", 0)]}
+
+
 def test_assignor_exception_becomes_assignor_failed():
     with pytest.raises(AssignorFailedError) as info:
         run_assignor(Scripted(ZeroDivisionError("boom")), COUNTS, MEMBERS)
@@ -213,6 +220,11 @@ def test_assignor_exception_becomes_assignor_failed():
     ({"a": [("t", 0)], "b": [("u", 0)]}, "partition_unassigned"),
     ({"a": [("t", 0)], "b": [("t", 1), ("u", 0), ("u", 7)]}, "unknown_partition"),
     ({"a": [("t", 0)], "b": [("t", 1), ("u", 0), ("nope", 0)]}, "unknown_partition"),
+    ({"a": [("t", 0), ("t", -1)], "b": [("t", 1), ("u", 0)]}, "unknown_partition"),
+    ({"a": [("t", 0)], "b": [("t", 1), ("u", 0), ("u", 1)]}, "unknown_partition"),  # below t's count, not u's
+    ({"a": [("t", 0)], "b": [("t", True), ("u", 0)]}, "bad_result_type"),
+    ({"a": [("t", 0, 0)], "b": []}, "bad_result_type"),
+    ({"a": None, "b": []}, "bad_result_type"),
     ({"a": "t0", "b": []}, "bad_result_type"),
     ({"a": [("t", "0")], "b": []}, "bad_result_type"),
     ([("t", 0)], "bad_result_type"),
@@ -252,9 +264,10 @@ def test_malformed_counts_are_caller_errors(counts, members):
         run_assignor(Scripted({}), counts, members)
 
 
-def test_malformed_subscriptions_are_caller_errors():
+@pytest.mark.parametrize("members", [{"a": ["t"]}, {1: sub("t")}, {"a": sub("t"), "b": None}])
+def test_malformed_subscriptions_are_caller_errors(members):
     with pytest.raises(TypeError):
-        run_assignor(Scripted({}), COUNTS, {"a": ["t"]})
+        run_assignor(Scripted({}), COUNTS, members)
 
 
 def test_validate_assignment_directly():
