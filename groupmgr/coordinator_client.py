@@ -226,6 +226,10 @@ class CoordinatorClient:
             return {}
         return self.retrying(lambda: self._fetch_partition_counts(sorted(set(topics))), deadline)
 
+    def topic_names(self, deadline: float) -> set[str]:
+        """Names of every non-internal topic in the cluster (one Metadata request for all topics)."""
+        return self.retrying(self._fetch_topic_names, deadline)
+
     def close(self) -> None:
         """Stop retries in progress and close the transport. Idempotent."""
         self._closed.set()
@@ -246,6 +250,11 @@ class CoordinatorClient:
         log.info("group %s: coordinator is node %s (%s:%s)", self.group_id, result.node_id,
                  result.host, result.port)
         return node
+
+    def _fetch_topic_names(self) -> set[str]:
+        request = MetadataRequest(topics=None, allow_auto_topic_creation=False)
+        response = self.transport.send(request, None, self.request_timeout_s)
+        return {t.name for t in response.topics if t.error_code == 0 and not t.is_internal}
 
     def _fetch_partition_counts(self, topics: list[str]) -> dict[str, int]:
         request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],

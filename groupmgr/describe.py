@@ -1,8 +1,7 @@
 """Describe a consumer group the way Kafka's tools see it: state, members, assignments, offsets, lag.
 
 Everything comes from the broker through confluent-kafka's AdminClient (``describe_consumer_groups``,
-``list_consumer_group_offsets``, ``list_offsets`` for log-end offsets, and ``list_groups`` for the
-raw protocol type). Offsets follow Kafka's convention: committed = next offset to read;
+``list_consumer_group_offsets``, ``list_offsets`` for log-end offsets). Offsets follow Kafka's convention: committed = next offset to read;
 lag = log-end offset - committed offset (unknown when either is unknown).
 
 ``describe_group`` returns an immutable :class:`GroupDescription`; ``format_table`` and ``to_json``
@@ -89,7 +88,7 @@ def _describe(admin: AdminClient, group_id: str, timeout_s: float) -> GroupDescr
     partitions = tuple(_partition(tp, committed.get(tp), log_end.get(tp), owners.get(tp)) for tp in keys)
     coordinator = f"{desc.coordinator.id} ({desc.coordinator.host}:{desc.coordinator.port})" if desc.coordinator else ""
     return GroupDescription(group_id, _name(desc.state), _name(getattr(desc, "type", "")),
-                            _protocol_type(admin, group_id, desc, timeout_s), desc.partition_assignor or "",
+                            _protocol_type(desc), desc.partition_assignor or "",
                             coordinator, members, partitions)
 
 
@@ -123,14 +122,9 @@ def _partition(tp: tuple[str, int], committed: int | None, log_end: int | None, 
     return PartitionOffsets(tp[0], tp[1], committed, log_end, lag, owner)
 
 
-def _protocol_type(admin: AdminClient, group_id: str, desc, timeout_s: float) -> str:
-    """The raw protocol type from ListGroups/DescribeGroups (``consumer`` for consumer groups)."""
-    try:
-        for group in admin.list_groups(group=group_id, timeout=timeout_s):
-            if group.id == group_id:
-                return group.protocol_type
-    except Exception:  # noqa: BLE001 - older API may be unavailable; fall back to what describe says
-        pass
+def _protocol_type(desc) -> str:
+    """``consumer`` unless the group is a simple (offsets-only) group: Kafka's admin clients
+    describe only groups whose protocol type is ``consumer`` or empty (others are an error)."""
     return "" if desc.is_simple_consumer_group else "consumer"
 
 

@@ -43,7 +43,7 @@ class GroupMember:
         self._client = CoordinatorClient(transport, config.group_id, request_timeout_ms=config.request_timeout_ms,
                                          retry_backoff_ms=config.retry_backoff_ms,
                                          retry_backoff_max_ms=config.retry_backoff_max_ms, clock=clock)
-        self._status = MemberStatus(leave_on_close=config.group_instance_id is None)
+        self._status = MemberStatus(leave_on_close=config.group_instance_id is None, topics=config.topics)
         dispatcher = ListenerDispatcher(listener, config.group_id, config.rebalance_timeout_ms / 1000, clock)
         self._loop = MemberLoop(config, self._client, self._status, dispatcher, clock)
         self._thread: threading.Thread | None = None
@@ -106,6 +106,12 @@ class GroupMember:
         """Partitions owned now, sorted (empty while rebalancing)."""
         with self._status.cond:
             return self._status.assignment
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """The topics this member subscribes to now (with ``topic_pattern``: the latest match)."""
+        with self._status.cond:
+            return self._status.topics
 
     @property
     def is_leader(self) -> bool:

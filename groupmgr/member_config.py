@@ -5,6 +5,7 @@ Frozen dataclass; invalid values raise ``ValueError`` at construction (before an
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
@@ -17,14 +18,17 @@ from groupmgr.rebalance import JoinSpec
 class MemberConfig:
     """Validated, immutable member settings; ``client_kwargs`` values are masked in ``repr``.
 
-    ``assignors``: names (``get_assignor``) or instances, first = preferred; all are offered in
-    JoinGroup. ``client_kwargs``: kafka-python connection kwargs (security_protocol, sasl_*, ssl_*).
-    ``metadata_max_age_ms``: how often the leader re-checks partition counts (a change -> rejoin).
+    Subscribe to ``topics`` or to every non-internal topic whose whole name matches the regular
+    expression ``topic_pattern`` (exactly one of the two). ``assignors``: names (``get_assignor``) or
+    instances, first = preferred; all are offered in JoinGroup. ``client_kwargs``: kafka-python
+    connection kwargs (security_protocol, sasl_*, ssl_*). ``metadata_max_age_ms``: how often the
+    leader re-checks partition counts and a pattern member re-matches the cluster's topics (a change
+    -> rejoin), like the Java consumer's ``metadata.max.age.ms``.
     """
 
     bootstrap_servers: str
     group_id: str
-    topics: tuple[str, ...]
+    topics: tuple[str, ...] = ()
     assignors: tuple[str | PartitionAssignor, ...] = ("range",)
     group_instance_id: str | None = None
     session_timeout_ms: int = 10000
@@ -37,14 +41,16 @@ class MemberConfig:
     client_id: str = "scg-member"
     rack_id: str | None = None
     client_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    topic_pattern: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("topics", "assignors"):
             value = getattr(self, name)
             items = () if isinstance(value, (str, bytes)) or not isinstance(value, Iterable) else tuple(value)
-            if not items:
+            if not items and (name == "assignors" or self.topic_pattern is None):
                 raise ValueError(f"MemberConfig.{name} must be a non-empty collection, got {value!r}")
             object.__setattr__(self, name, items)
+        self._check_pattern()
         object.__setattr__(self, "client_kwargs", MappingProxyType(dict(self.client_kwargs)))
         for name, value in (("bootstrap_servers", self.bootstrap_servers), ("group_id", self.group_id),
                             ("client_id", self.client_id), *(("topics", t) for t in self.topics)):
@@ -57,6 +63,26 @@ class MemberConfig:
                 raise ValueError(f"MemberConfig.{name} must be a positive int, got {value!r}")
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ValueError("MemberConfig.heartbeat_interval_ms must be lower than session_timeout_ms")
+
+    def _check_pattern(self) -> None:
+        if self.topic_pattern is None:
+            return
+        if self.topics:
+            raise ValueError("MemberConfig: give topics or topic_pattern, not both")
+        if not isinstance(self.topic_pattern, str) or not self.topic_pattern:
+            raise ValueError(f"MemberConfig.topic_pattern must be a non-empty string, got {self.topic_pattern!r}")
+        try:
+            re.compile(self.topic_pattern)
+        except re.error as exc:
+            raise ValueError(f"MemberConfig.topic_pattern {self.topic_pattern!r} is not a regex: {exc}") from exc
+
+    def subscribed_topics(self, cluster_topics: Iterable[str]) -> tuple[str, ...]:
+        """``topics``, or the sorted ``cluster_topics`` whose whole name matches ``topic_pattern``
+        (the caller leaves internal topics out)."""
+        if self.topic_pattern is None:
+            return self.topics
+        pattern = re.compile(self.topic_pattern)
+        return tuple(sorted(t for t in set(cluster_topics) if pattern.fullmatch(t)))
 
     def __repr__(self) -> str:
         shown = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "client_kwargs"}

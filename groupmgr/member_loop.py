@@ -8,6 +8,7 @@ are only ever invoked from this thread, one at a time, in order.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ class MemberStatus:
     generation: Generation = NO_GENERATION
     member_id: str = ""
     assignment: tuple[TopicPartition, ...] = ()
+    topics: tuple[str, ...] = ()  # the subscription sent in JoinGroup (changes with a pattern)
     owned: tuple[tuple[TopicPartition, ...], int] = ((), -1)  # last owned partitions + their generation
     rejoin_reason: str | None = "initial join"
     pending_fence: GroupError | None = None
@@ -142,8 +144,37 @@ class MemberLoop:
                 raise exc
 
     def _check_metadata(self) -> None:
-        """Leader only: re-read partition counts; a change (e.g. new partitions) means rejoin."""
+        """Every ``metadata_max_age_ms``: a pattern member re-matches the cluster's topics and the
+        leader re-reads partition counts; either change means rejoin."""
         self._next_metadata_check = self._clock() + self.config.metadata_max_age_ms / 1000
+        if self._refresh_subscription():
+            self._status.update(rejoin_reason="subscribed topics changed")
+        else:
+            self._check_partition_counts()
+
+    def _refresh_subscription(self) -> bool:
+        """Pattern subscription only: re-match the cluster's topics; True if the topics changed.
+        A retriable metadata failure keeps the current topics until the next check."""
+        if self.config.topic_pattern is None:
+            return False
+        try:
+            names = self._client.topic_names(self._client.deadline(self._client.request_timeout_s))
+        except GroupError as exc:
+            if not exc.retriable:
+                raise
+            log.info("group %s: topic listing failed (%s); retrying next time", self.config.group_id, exc)
+            return False
+        topics = self.config.subscribed_topics(names)
+        if topics == self._spec.topics:
+            return False
+        log.info("group %s: topics matching %r: %s -> %s", self.config.group_id, self.config.topic_pattern,
+                 list(self._spec.topics), list(topics))
+        self._spec = dataclasses.replace(self._spec, topics=topics)
+        self._status.update(topics=topics)
+        return True
+
+    def _check_partition_counts(self) -> None:
+        """Leader only: re-read partition counts; a change (e.g. new partitions) means rejoin."""
         with self._status.cond:
             leader = self._status.leader
             if leader is None or leader.generation != self._status.generation:
@@ -163,8 +194,10 @@ class MemberLoop:
 
     # -- rebalance -----------------------------------------------------------------------------
     def _rebalance(self) -> None:
-        """Revoke (generation still valid), then one JoinGroup/SyncGroup round."""
+        """Revoke (generation still valid), then one JoinGroup/SyncGroup round (a pattern member
+        re-matches topics first)."""
         self._revoke()
+        self._refresh_subscription()
         status = self._status
         with status.cond:
             status.state, status.generation = MemberState.PREPARING_REBALANCE, NO_GENERATION

@@ -201,6 +201,7 @@ class GroupConfig:
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 1_000
     rebalance_timeout_ms: int = 60_000
+    metadata_max_age_ms: int = 30_000  # how often topic_pattern is re-matched and partition counts re-read
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ SECURITY_KEYS = ("protocol", "sasl_mechanism", "sasl_username", "sasl_password",
                  "ssl_ca_location", "ssl_certificate_location", "ssl_key_location",
                  "ssl_key_password", "ssl_key_password_file")
 GROUP_KEYS = ("id", "assignor", "instance_id", "session_timeout", "heartbeat_interval",
-              "rebalance_timeout")
+              "rebalance_timeout", "metadata_max_age")
 SOURCE_KEYS = ("starting_offsets", "max_offsets_per_trigger", "min_offsets_per_trigger",
                "max_trigger_delay", "fail_on_data_loss")
 FORMAT_KEYS = ("type", "schema", "max_value_bytes")
@@ -218,7 +218,8 @@ def _group(ctx: Ctx, sec: Section) -> GroupConfig:
     assignors = _assignors(ctx, sec.get("assignor"), sec.sub("assignor"))
     instance = sec.get("instance_id")
     timing = {f"{key}_ms": as_duration_ms(ctx, sec.get(key), sec.sub(key))
-              for key in ("session_timeout", "heartbeat_interval", "rebalance_timeout") if sec.get(key)}
+              for key in ("session_timeout", "heartbeat_interval", "rebalance_timeout", "metadata_max_age")
+              if sec.get(key)}
     config = GroupConfig(id=group_id, assignors=assignors, **timing,
                          instance_id=as_env_str(ctx, instance, sec.sub("instance_id")) if instance else None)
     if config.heartbeat_interval_ms >= config.session_timeout_ms:

@@ -189,20 +189,23 @@ def group_member_factory(config, listener, **overrides):
 
 
 def member_config_for(config, **overrides):
+    """The MemberConfig of ``config``'s group; ``overrides`` replace any of its fields."""
     from groupmgr.member import MemberConfig
 
     group = config.group
-    return MemberConfig(
+    settings = dict(
         bootstrap_servers=config.kafka.bootstrap_string, group_id=group.id,
-        topics=resolve_topics(config), assignors=tuple(group.assignors),
+        topics=tuple(config.topics), topic_pattern=config.topic_pattern or None, assignors=tuple(group.assignors),
         group_instance_id=group.instance_id, session_timeout_ms=group.session_timeout_ms,
-        rebalance_timeout_ms=group.rebalance_timeout_ms,
-        heartbeat_interval_ms=group.heartbeat_interval_ms,
-        client_kwargs=_without(config.kafka.kafka_python_kwargs(), "bootstrap_servers"), **overrides)
+        rebalance_timeout_ms=group.rebalance_timeout_ms, heartbeat_interval_ms=group.heartbeat_interval_ms,
+        metadata_max_age_ms=group.metadata_max_age_ms,
+        client_kwargs=_without(config.kafka.kafka_python_kwargs(), "bootstrap_servers"))
+    return MemberConfig(**{**settings, **overrides})
 
 
 def resolve_topics(config) -> tuple[str, ...]:
-    """The configured topics, or the existing topics matching ``topic_pattern``."""
+    """The configured topics, or the existing topics matching ``topic_pattern`` now (the running
+    member re-matches every ``metadata_max_age_ms`` itself; this is for one-off views like describe)."""
     if not config.topic_pattern:
         return tuple(config.topics)
     from confluent_kafka.admin import AdminClient

@@ -265,6 +265,23 @@ def test_commit_with_stale_generation_is_rejected(bootstrap, unique_name, closer
     assert m1.committed([TP(unique_name, 0)]) == {}
 
 
+def test_pattern_members_pick_up_a_new_matching_topic(bootstrap, unique_name, closer):
+    expected = create_topics(bootstrap, {f"{unique_name}-a": 3, f"{unique_name}-other": 1})
+    expected = {tp for tp in expected if tp.topic.endswith("-a")}
+    members = []
+    for _ in range(2):
+        config = MemberConfig(bootstrap_servers=bootstrap, group_id=unique_name, topic_pattern=f"{unique_name}-[ab]",
+                              assignors=("range",), metadata_max_age_ms=500, **FAST)
+        member = GroupMember(config, Recorder()).start()
+        closer(lambda m=member: m.close(timeout_s=10))
+        members.append(member)
+    wait_until(lambda: settled(members, expected), 30, "both members on the one matching topic")
+    assert all(m.topics == (f"{unique_name}-a",) for m in members)
+    expected |= create_topics(bootstrap, {f"{unique_name}-b": 2})
+    wait_until(lambda: settled(members, expected), 30, "the new matching topic shared out")
+    assert all(m.topics == (f"{unique_name}-a", f"{unique_name}-b") for m in members)
+
+
 def test_member_survives_coordinator_crash(tmp_path, closer):
     cluster = LocalKafka(tmp_path)
     state = cluster.start(brokers=3)

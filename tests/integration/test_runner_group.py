@@ -1,5 +1,6 @@
-"""The runner with a real group member: several topics in one pipeline, and partitions added to
-a topic picked up by the next rebalance (DESIGN invariants 1 and 5)."""
+"""The runner with a real group member: several topics in one pipeline, partitions added to a
+topic and a new topic matching ``topic_pattern`` picked up by the next rebalance (DESIGN
+invariants 1 and 5)."""
 from __future__ import annotations
 
 import threading
@@ -45,6 +46,33 @@ def test_two_topics_and_added_partitions(bootstrap, spark, tmp_path, unique_name
     assert len(rows) == len(set(rows)) and set(rows) == produced
     assert {p for t, p, _ in rows if t == first} == {0, 1, 2, 3}
     assert any("lag 0" in line for line in lines)
+
+
+def test_topic_pattern_picks_up_a_new_matching_topic(bootstrap, spark, tmp_path, unique_name):
+    first, later, unrelated = f"{unique_name}-a", f"{unique_name}-b", f"{unique_name}x-c"
+    create_topic(bootstrap, first, 2)
+    create_topic(bootstrap, unrelated, 1)
+    produced = produce(bootstrap, first, json_events(100))
+    produce(bootstrap, unrelated, json_events(10))
+    path = write_pipeline(tmp_path / "p.yaml", bootstrap, first, unique_name, tmp_path)
+    text = path.read_text().replace(f"topics: [{first}]", f'topic_pattern: "{unique_name}-.*"')
+    path.write_text(text.replace("  heartbeat_interval: 500ms\n", "  heartbeat_interval: 500ms\n  metadata_max_age: 1s\n"))
+    config = load_pipeline(path)
+    assert config.group.metadata_max_age_ms == 1000
+    runner = PipelineRunner(config, spark, out=lambda line: None)
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, args=(stop,))
+    thread.start()
+    try:
+        _wait(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
+        create_topic(bootstrap, later, 2)
+        produced |= produce(bootstrap, later, json_events(100, start=100))
+        _wait(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
+    finally:
+        stop.set()
+        thread.join(120)
+    rows = delta_coordinates(spark, config.sink.path)
+    assert len(rows) == len(set(rows)) and set(rows) == produced  # nothing from the unrelated topic
 
 
 def _wait(predicate, timeout_s):

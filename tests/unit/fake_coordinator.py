@@ -3,7 +3,7 @@
 It receives the real kafka-python request objects the member builds and answers with real
 kafka-python response objects (so field names are checked against Kafka's schemas). It plays a
 simplified classic-group coordinator: MEMBER_ID_REQUIRED for a first dynamic join, generation and
-member checks on Sync/Heartbeat/Commit, leader = first joiner, "phantom" members that are part of
+member checks on Sync/Heartbeat/Commit, leader = first joiner, Metadata for named or all topics, "phantom" members that are part of
 every generation, and a protocol chosen as our first protocol every phantom supports.
 
 Scripting: ``inject(api, code, ...)`` makes the next calls of ``api`` answer with those error codes;
@@ -27,6 +27,7 @@ from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from groupmgr.errors import CoordinatorUnreachable
 from groupmgr.member import MemberConfig
 
+INTERNAL = "__consumer_offsets"
 GROUP_APIS = {"JoinGroupRequest", "SyncGroupRequest", "HeartbeatRequest", "LeaveGroupRequest",
               "OffsetCommitRequest", "OffsetFetchRequest"}
 
@@ -122,10 +123,13 @@ class FakeCoordinator:
                                        host="fake", port=9092, error_code=0)
 
     def _MetadataRequest(self, request, v):
+        """Named topics, or every topic (topics=None) plus the internal ``__consumer_offsets``."""
+        names = [t.name for t in request.topics] if request.topics is not None else [*self.partitions, INTERNAL]
         topics = [MetadataResponse.MetadataResponseTopic(
-            name=t.name, error_code=0 if t.name in self.partitions else 3,
+            name=name, error_code=0 if name in self.partitions or name == INTERNAL else 3,
+            is_internal=name == INTERNAL,
             partitions=[MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(partition_index=i)
-                        for i in range(self.partitions.get(t.name, 0))]) for t in request.topics]
+                        for i in range(self.partitions.get(name, 0))]) for name in names]
         return MetadataResponse(version=v, brokers=[], topics=topics)
 
     def _JoinGroupRequest(self, r, v):

@@ -111,12 +111,13 @@ def test_duration_property(number: int, unit: tuple[str, int]):
 def test_group_settings(tmp_path: Path):
     config = load(tmp_path, group={"id": "g", "assignor": ["roundrobin", "range"],
                                    "instance_id": "member-${SCG_INSTANCE_ID}", "session_timeout": "30s",
-                                   "heartbeat_interval": "3s", "rebalance_timeout": "2m"})
+                                   "heartbeat_interval": "3s", "rebalance_timeout": "2m",
+                                   "metadata_max_age": "5s"})
     group = config.group
     assert group.assignors == ("roundrobin", "range")
     assert group.instance_id == "member-orders-0"
-    assert (group.session_timeout_ms, group.heartbeat_interval_ms, group.rebalance_timeout_ms) == (
-        30_000, 3_000, 120_000)
+    assert (group.session_timeout_ms, group.heartbeat_interval_ms, group.rebalance_timeout_ms,
+            group.metadata_max_age_ms) == (30_000, 3_000, 120_000, 5_000)
 
 
 def test_assignor_by_module_class_spec(tmp_path: Path):

@@ -44,6 +44,21 @@ def test_invalid_values_rejected(overrides):
         MemberConfig(**{**BASE, **overrides})
 
 
+@pytest.mark.parametrize("overrides", [
+    {"topic_pattern": "t.*"},  # and topics: not both
+    {"topics": (), "topic_pattern": "("}, {"topics": (), "topic_pattern": ""}, {"topics": (), "topic_pattern": 5},
+])
+def test_invalid_pattern_settings_rejected(overrides):
+    with pytest.raises(ValueError):
+        MemberConfig(**{**BASE, **overrides})
+
+
+def test_pattern_matches_whole_names_sorted():
+    cfg = MemberConfig(**{**BASE, "topics": (), "topic_pattern": "orders-.*"})
+    assert cfg.subscribed_topics(["orders-b", "orders-a", "old-orders-a", "orders"]) == ("orders-a", "orders-b")
+    assert MemberConfig(**BASE).subscribed_topics(["x"]) == ("t",)
+
+
 def test_join_spec_resolves_names_and_instances_in_order():
     spec = MemberConfig(**BASE, assignors=("roundrobin", RangeAssignor())).join_spec()
     assert [a.name for a in spec.assignors] == ["roundrobin", "range"]

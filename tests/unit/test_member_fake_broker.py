@@ -11,7 +11,7 @@ import pytest
 
 from groupmgr.assignors import PartitionAssignor, Subscription, TopicPartition as TP
 from groupmgr.assignors.errors import AssignorFailedError, InvalidAssignmentError
-from groupmgr.consumer_protocol import decode_assignment, encode_assignment, encode_subscription
+from groupmgr.consumer_protocol import decode_assignment, decode_subscription, encode_assignment, encode_subscription
 from groupmgr.errors import (CoordinatorUnreachable, FencedInstanceId, IllegalGeneration, ListenerError,
                              MemberClosedError, StaleGenerationError, UnknownMemberId)
 from groupmgr.generation import MemberState
@@ -261,6 +261,43 @@ def test_partition_count_change_makes_leader_rejoin(fake, started):
         fake.partitions["u"] = 3
     assert rec.wait(gen_at_least(2))
     assert set(member.assignment) == set(ALL) | {TP("u", 1), TP("u", 2)}
+
+
+def joined_topics(fake) -> list[tuple[str, ...]]:
+    """The topics of every JoinGroup subscription our member sent, in order."""
+    return [decode_subscription(j.protocols[0].metadata).subscription.topics for j in fake.requests("JoinGroup")]
+
+
+def test_pattern_subscription_follows_new_matching_topics(fake, started):
+    with fake.lock:
+        fake.partitions["other"] = 2
+    member, rec = started(topics=(), topic_pattern="[tu].*|.*offsets", metadata_max_age_ms=30)
+    assert member.wait_until_stable(WAIT)
+    assert member.topics == ("t", "u") and member.assignment == ALL  # not "other", not the internal topic
+    with fake.lock:
+        fake.partitions["u2"] = 2
+    assert rec.wait(lambda ev: any(e[0] == "assigned" and TP("u2", 1) in e[2] for e in ev))
+    assert member.topics == ("t", "u", "u2")
+    assert joined_topics(fake)[-1] == ("t", "u", "u2")
+    assert rec.kinds()[:3] == ["assigned", "revoked", "assigned"]
+
+
+def test_pattern_matching_nothing_joins_empty_and_picks_up_the_first_topic(fake, started):
+    member, rec = started(topics=(), topic_pattern="later-.*", metadata_max_age_ms=30)
+    assert member.wait_until_stable(WAIT)
+    assert member.topics == () and member.assignment == ()
+    with fake.lock:
+        fake.partitions["later-1"] = 1
+    assert rec.wait(lambda ev: any(e[0] == "assigned" and e[2] == (TP("later-1", 0),) for e in ev))
+    assert joined_topics(fake)[0] == () and joined_topics(fake)[-1] == ("later-1",)
+
+
+def test_unchanged_pattern_match_does_not_rejoin(fake, started):
+    member, rec = started(topics=(), topic_pattern="t", metadata_max_age_ms=20)
+    assert member.wait_until_stable(WAIT)
+    checks = len(fake.requests("Metadata"))
+    assert fake.wait_for(lambda: len(fake.requests("Metadata")) >= checks + 5, WAIT)
+    assert rec.kinds() == ["assigned"] and member.generation.generation_id == 1
 
 
 def test_fenced_instance_id_is_fatal_and_does_not_leave(fake, started):
