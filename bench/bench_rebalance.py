@@ -18,7 +18,7 @@ Members are constructed before the clock starts (ours: before ``start()``; confl
 (LeaveGroup) before the next one. A local 1-broker Kafka is started unless ``--bootstrap`` is given.
 
 Writes bench/results/rebalance.json and bench/results/rebalance.md.
-Run: ``python bench/bench_rebalance.py [--runs 7] [--bootstrap HOST:PORT]``.
+Run: ``python bench/bench_rebalance.py [--runs 21] [--bootstrap HOST:PORT]``.
 """
 from __future__ import annotations
 
@@ -188,7 +188,7 @@ def write(rows: list[dict], runs: int, elapsed_s: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=21)
     parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local one")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
