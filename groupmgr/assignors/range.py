@@ -40,15 +40,15 @@ def subscribers_per_topic(subscriptions: Mapping[str, Subscription]) -> dict[str
     """Topic -> subscribed member ids in MemberInfo order, each member at most once per topic.
 
     Members are grouped by their (deduplicated) topic set first, so a group whose members share
-    a subscription costs O(members + topics), not O(members x topics)."""
+    a subscription costs O(members + topics), not O(members x topics). Lists may be shared
+    between topics: read only."""
     ordered = sorted_member_ids(subscriptions)
     raws = [subscriptions[member_id].topics for member_id in ordered]
     if raws and raws.count(raws[0]) == len(raws):  # the usual group: everybody subscribes to the same topics
         return {topic: ordered for topic in dict.fromkeys(raws[0])}
     distinct: dict[tuple[str, ...], tuple[str, ...]] = {}  # raw topics -> de-duplicated, computed once
     by_topics: dict[tuple[str, ...], list[str]] = {}
-    for member_id in ordered:
-        raw = subscriptions[member_id].topics
+    for member_id, raw in zip(ordered, raws):
         topics = distinct.get(raw)
         if topics is None:
             topics = distinct[raw] = tuple(dict.fromkeys(raw))
