@@ -224,11 +224,16 @@ class CoordinatorClient:
         """Partition count of each topic that exists; topics without metadata are left out."""
         if not topics:
             return {}
-        return self.retrying(lambda: self._fetch_partition_counts(sorted(set(topics))), deadline)
+        return self.retrying(lambda: self._fetch_partition_counts(sorted(set(topics)), deadline), deadline)
 
     def topic_names(self, deadline: float) -> set[str]:
         """Names of every non-internal topic in the cluster (one Metadata request for all topics)."""
-        return self.retrying(self._fetch_topic_names, deadline)
+        return self.retrying(lambda: self._fetch_topic_names(deadline), deadline)
+
+    def _send_metadata(self, request: MetadataRequest, deadline: float):
+        """One Metadata request to any broker, waiting at most until ``deadline`` (and the request timeout)."""
+        timeout_s = min(self.request_timeout_s, max(0.001, deadline - self._clock()))
+        return self.transport.send(request, None, timeout_s)
 
     def close(self) -> None:
         """Stop retries in progress and close the transport. Idempotent."""
@@ -251,15 +256,14 @@ class CoordinatorClient:
                  result.host, result.port)
         return node
 
-    def _fetch_topic_names(self) -> set[str]:
-        request = MetadataRequest(topics=None, allow_auto_topic_creation=False)
-        response = self.transport.send(request, None, self.request_timeout_s)
+    def _fetch_topic_names(self, deadline: float) -> set[str]:
+        response = self._send_metadata(MetadataRequest(topics=None, allow_auto_topic_creation=False), deadline)
         return {t.name for t in response.topics if t.error_code == 0 and not t.is_internal}
 
-    def _fetch_partition_counts(self, topics: list[str]) -> dict[str, int]:
+    def _fetch_partition_counts(self, topics: list[str], deadline: float) -> dict[str, int]:
         request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
                                   allow_auto_topic_creation=False)
-        response = self.transport.send(request, None, self.request_timeout_s)
+        response = self._send_metadata(request, deadline)
         counts = {}
         for topic in response.topics:
             if topic.error_code == 0 and topic.name in topics:

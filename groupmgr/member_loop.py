@@ -152,13 +152,19 @@ class MemberLoop:
         else:
             self._check_partition_counts()
 
+    def _metadata_deadline(self) -> float:
+        """How long a metadata check may hold this thread: a third of the session timeout (at most
+        the request timeout), so heartbeats keep the session alive while a broker is slow."""
+        budget_s = min(self._client.request_timeout_s, self.config.session_timeout_ms / 3000)
+        return self._client.deadline(budget_s)
+
     def _refresh_subscription(self) -> bool:
         """Pattern subscription only: re-match the cluster's topics; True if the topics changed.
         A retriable metadata failure keeps the current topics until the next check."""
         if self.config.topic_pattern is None:
             return False
         try:
-            names = self._client.topic_names(self._client.deadline(self._client.request_timeout_s))
+            names = self._client.topic_names(self._metadata_deadline())
         except GroupError as exc:
             if not exc.retriable:
                 raise
@@ -181,7 +187,7 @@ class MemberLoop:
                 return
         topics = sorted({t for s in leader.subscriptions.values() for t in s.topics})
         try:
-            counts = self._client.partition_counts(topics, self._client.deadline(self._client.request_timeout_s))
+            counts = self._client.partition_counts(topics, self._metadata_deadline())
         except GroupError as exc:
             if not exc.retriable:
                 raise

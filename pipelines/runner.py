@@ -15,7 +15,6 @@ watches the member and the query and prints progress. ``_lock`` serialises query
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -203,16 +202,22 @@ def member_config_for(config, **overrides):
     return MemberConfig(**{**settings, **overrides})
 
 
-def resolve_topics(config) -> tuple[str, ...]:
-    """The configured topics, or the existing topics matching ``topic_pattern`` now (the running
-    member re-matches every ``metadata_max_age_ms`` itself; this is for one-off views like describe)."""
+def resolve_topics(config, timeout_s: float = 30.0) -> tuple[str, ...]:
+    """The configured topics, or the existing topics matching ``topic_pattern`` now, by the same
+    rule the running member applies (it re-matches every ``metadata_max_age``); for one-off views
+    like describe."""
     if not config.topic_pattern:
         return tuple(config.topics)
-    from confluent_kafka.admin import AdminClient
+    from groupmgr.coordinator_client import CoordinatorClient, KafkaTransport
 
-    names = AdminClient(config.kafka.confluent_config()).list_topics(timeout=30).topics
-    pattern = re.compile(config.topic_pattern)
-    return tuple(sorted(t for t in names if pattern.fullmatch(t) and not t.startswith("__")))
+    member = member_config_for(config)
+    transport = KafkaTransport(member.bootstrap_servers, member.client_id, member.client_kwargs)
+    client = CoordinatorClient(transport, member.group_id, request_timeout_ms=int(timeout_s * 1000))
+    try:
+        transport.start(timeout_s)
+        return member.subscribed_topics(client.topic_names(client.deadline(timeout_s)))
+    finally:
+        client.close()
 
 
 def _without(mapping, *keys) -> dict:

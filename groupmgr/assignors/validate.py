@@ -69,6 +69,7 @@ def _as_list(name: str, member_id: str, partitions: Any) -> list[Any]:
 def _all_topic_partitions(items: list[Any]) -> bool:
     """Every item is a TopicPartition of (str, int); checked over ``map`` in C."""
     return (set(map(type, items)) <= {TopicPartition}
+            and set(map(len, items)) <= {2}
             and set(map(type, map(itemgetter(0), items))) <= {str}
             and set(map(type, map(itemgetter(1), items))) <= {int})
 
@@ -82,7 +83,9 @@ def _as_topic_partitions(name: str, member_id: str, items: list[Any]) -> list[To
         and set(map(type, map(itemgetter(1), items))) <= {int}
     )
     if not shapes_ok:
-        raise _fail(name, "bad_result_type", member=member_id, value=repr(_first_bad_item(items))[:200])
+        bad = _first_bad_item(items)
+        shown = tuple.__repr__(bad) if isinstance(bad, tuple) else repr(bad)  # a malformed namedtuple's repr fails
+        raise _fail(name, "bad_result_type", member=member_id, value=shown[:200])
     return as_topic_partitions(items)
 
 
@@ -104,8 +107,12 @@ def _normalized(name: str, order: list[str], assignment: Mapping[str, Any]) -> A
 def _check_members(name: str, assignment: Any, subscriptions: Mapping[str, Subscription]) -> None:
     if not isinstance(assignment, Mapping):
         raise _fail(name, "bad_result_type", value=type(assignment).__name__)
-    if len(assignment) == len(subscriptions) and all(map(subscriptions.__contains__, assignment)):
+    if (len(assignment) == len(subscriptions) and set(map(type, assignment)) <= {str}
+            and all(map(subscriptions.__contains__, assignment))):
         return
+    not_ids = [m for m in assignment if type(m) is not str]
+    if not_ids:
+        raise _fail(name, "bad_result_type", value=repr(not_ids[0])[:200])
     unknown = sorted(m for m in assignment if m not in subscriptions)
     if unknown:
         raise _fail(name, "unknown_member", members=unknown)

@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 
 from groupmgr.assignors.api import TopicPartition
 from pipelines.config import load_pipeline
-from pipelines.runner import PipelineRunner, group_member_factory
+from pipelines.runner import PipelineRunner, group_member_factory, resolve_topics
 from tests.support.kafka_data import (create_topic, delta_coordinates, json_events, log_end_offsets,
                                       produce, table_reached, write_pipeline)
 
@@ -68,6 +68,7 @@ def test_topic_pattern_picks_up_a_new_matching_topic(bootstrap, spark, tmp_path,
         create_topic(bootstrap, later, 2)
         produced |= produce(bootstrap, later, json_events(100, start=100))
         _wait(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
+        assert runner.member.topics == resolve_topics(config) == (first, later)
     finally:
         stop.set()
         thread.join(120)

@@ -57,6 +57,7 @@ class FakeCoordinator:
         self.rebalance_pending = False
         self.offsets: dict[tuple[str, int], int] = {}
         self.log: list[tuple[str, object, object]] = []  # (request name, node, request)
+        self.timeouts: list[tuple[str, float]] = []  # (request name, timeout_s the member allowed)
         self._codes: dict[str, deque] = defaultdict(deque)
         self._raises: dict[str, deque] = defaultdict(deque)
         self._ids = itertools.count(1)
@@ -103,6 +104,7 @@ class FakeCoordinator:
             name = request.name
             request.API_VERSION = min(request._max_version or request.max_version, request.max_version)
             self.log.append((name, node_id, request))
+            self.timeouts.append((name, timeout_s))
             self.cond.notify_all()
             if self._raises[name]:
                 raise self._raises[name].popleft()

@@ -300,6 +300,19 @@ def test_unchanged_pattern_match_does_not_rejoin(fake, started):
     assert rec.kinds() == ["assigned"] and member.generation.generation_id == 1
 
 
+def test_metadata_checks_hold_the_member_thread_at_most_a_third_of_the_session(fake, started):
+    member, rec = started(topics=(), topic_pattern="t|u", metadata_max_age_ms=20, request_timeout_ms=1000)
+    assert member.wait_until_stable(WAIT)
+    for _ in range(3):  # a broker that does not answer: the listing fails, the subscription stays
+        fake.raise_next("Metadata", CoordinatorUnreachable("fake: no answer"))
+    checks = len(fake.requests("Metadata"))
+    assert fake.wait_for(lambda: len(fake.requests("Metadata")) >= checks + 6, WAIT)
+    with fake.lock:  # every check since the group settled: topic listings and the leader's count checks
+        waits = [t for name, t in fake.timeouts if name == "MetadataRequest"][checks:]
+    assert max(waits) <= 0.6 / 3 + 1e-9  # session 600 ms (config()), request timeout 1 s
+    assert rec.kinds() == ["assigned"] and member.topics == ("t", "u") and member.state is MemberState.STABLE
+
+
 def test_fenced_instance_id_is_fatal_and_does_not_leave(fake, started):
     member, rec = started(group_instance_id="i-1")
     assert member.wait_until_stable(WAIT)
