@@ -30,9 +30,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipelines.config import load_pipeline  # noqa: E402
-from pipelines.local_kafka import LocalKafka  # noqa: E402
-from pipelines.runner import PipelineRunner  # noqa: E402
-from pipelines.spark_session import get_or_create_spark  # noqa: E402
+from pipelines.local.local_kafka import LocalKafka  # noqa: E402
+from pipelines.runtime.runner import PipelineRunner  # noqa: E402
+from pipelines.runtime.spark_session import get_or_create_spark  # noqa: E402
 from tests.e2e.harness import MemberProcess, SteadyProducer  # noqa: E402
 from tests.support.kafka_data import create_topic, write_pipeline  # noqa: E402
 

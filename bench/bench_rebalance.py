@@ -47,7 +47,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from groupmgr.generation import MemberState  # noqa: E402
 from groupmgr.member import GroupMember, MemberConfig  # noqa: E402
-from pipelines.local_kafka import LocalKafka  # noqa: E402
+from pipelines.local.local_kafka import LocalKafka  # noqa: E402
 
 SIZES = (1, 2, 4, 8)
 PARTITIONS = 16

@@ -23,7 +23,7 @@ from kafka.protocol.consumer.metadata import (ConsumerProtocolAssignment,
                                               ConsumerProtocolSubscription)
 
 from groupmgr.assignors import Subscription, TopicPartition
-from groupmgr.errors import ProtocolDecodeError
+from groupmgr.group_errors import ProtocolDecodeError
 
 PROTOCOL_TYPE = "consumer"
 LATEST_VERSION = 3

@@ -3,7 +3,7 @@
 Two layers, so tests can script the broker at exactly one boundary:
 
 * :class:`Transport` - sends one kafka-python request object to one node and returns the response
-  object (or raises a :mod:`groupmgr.errors` error). :class:`KafkaTransport` is the real one, built
+  object (or raises a :mod:`groupmgr.group_errors` error). :class:`KafkaTransport` is the real one, built
   on kafka-python's connection manager (connections, SASL/SSL, api-version negotiation; Kafka 4.x
   removed old request versions, so versions are always negotiated, never hard-coded).
 * :class:`CoordinatorClient` - finds the coordinator (FindCoordinator, key type group), sends
@@ -26,7 +26,7 @@ from kafka.net.manager import KafkaConnectionManager
 from kafka.net.selector import NetworkSelector
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
 
-from groupmgr.errors import (CoordinatorUnreachable, GroupError, MemberClosedError,
+from groupmgr.group_errors import (CoordinatorUnreachable, GroupError, MemberClosedError,
                              raise_for_error_code, translate_client_error)
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from groupmgr.errors import GroupError
+from groupmgr.group_errors import GroupError
 
 _COLUMNS = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "INSTANCE-ID", "HOST")
 

@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Callable, Protocol
 
-from groupmgr.assignors import TopicPartition
-from groupmgr.errors import GroupError, ListenerError
+from groupmgr.core import TopicPartition
+from groupmgr.group_errors import GroupError, ListenerError
 from groupmgr.generation import Generation
 
 log = logging.getLogger(__name__)

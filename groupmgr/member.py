@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Mapping
 
 from groupmgr.assignors import Subscription, TopicPartition
 from groupmgr.coordinator_client import CoordinatorClient, KafkaTransport, Transport
-from groupmgr.errors import MemberClosedError, StaleGenerationError
+from groupmgr.group_errors import MemberClosedError, StaleGenerationError
 from groupmgr.generation import Generation, MemberState
 from groupmgr.listener import ListenerDispatcher, RebalanceListener
 from groupmgr.member_config import MemberConfig

@@ -14,9 +14,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from groupmgr.assignors import TopicPartition
+from groupmgr.core import TopicPartition
 from groupmgr.coordinator_client import CoordinatorClient
-from groupmgr.errors import (FencedInstanceId, GroupError, ListenerError, MemberClosedError,
+from groupmgr.group_errors import (FencedInstanceId, GroupError, ListenerError, MemberClosedError,
                              RebalanceInProgress, SessionExpired, UnknownMemberId)
 from groupmgr.generation import NO_GENERATION, Generation, MemberState
 from groupmgr.heartbeat import HeartbeatTimer

@@ -22,9 +22,9 @@ from typing import Iterable, Mapping
 
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 
-from groupmgr.assignors import TopicPartition
+from groupmgr.core import TopicPartition
 from groupmgr.coordinator_client import CoordinatorClient
-from groupmgr.errors import (RebalanceInProgress, StaleGenerationError, error_for_code,
+from groupmgr.group_errors import (RebalanceInProgress, StaleGenerationError, error_for_code,
                              raise_for_error_code)
 from groupmgr.generation import Generation
 

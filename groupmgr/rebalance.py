@@ -13,7 +13,7 @@ A :class:`RebalanceRound` is single-use, like aiokafka's ``CoordinatorGroupRebal
 3. SyncGroup returns this member's assignment, decoded and handed to the assignor's
    ``on_assignment``.
 
-Errors are raised as :mod:`groupmgr.errors` classes; the caller (the member) decides whether to
+Errors are raised as :mod:`groupmgr.group_errors` classes; the caller (the member) decides whether to
 retry, rejoin with a reset member id, or stop. ``member_id`` is kept up to date on the round object
 even when ``run`` raises. Not thread-safe: used by the member's thread only.
 """
@@ -31,7 +31,7 @@ from groupmgr.assignors import (AssignorFailedError, PartitionAssignor, Subscrip
 from groupmgr.consumer_protocol import (LATEST_VERSION, PROTOCOL_TYPE, decode_assignment,
                                         decode_subscription, encode_assignment, encode_subscription)
 from groupmgr.coordinator_client import CoordinatorClient
-from groupmgr.errors import InconsistentGroupProtocol, MemberIdRequired, raise_for_error_code
+from groupmgr.group_errors import InconsistentGroupProtocol, MemberIdRequired, raise_for_error_code
 from groupmgr.generation import Generation
 
 log = logging.getLogger(__name__)

@@ -29,13 +29,14 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import Transaction
 
-from groupmgr.assignors.api import TopicPartition
-from pipelines.offsets import OffsetRange
+from groupmgr.core import OffsetRange, ScgError, TopicPartition
 
 COMMIT_ATTEMPTS = 5
 
 
-class SinkError(RuntimeError):
+class SinkError(ScgError):
+    """The Delta table could not take a commit (see the subclasses for the named cases)."""
+
     condition = "SINK_ERROR"
 
 

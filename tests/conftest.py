@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from pipelines.local_kafka import LocalKafka
+from pipelines.local.local_kafka import LocalKafka
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +38,7 @@ def unique_name(request) -> str:
 @pytest.fixture(scope="session")
 def spark():
     """A local SparkSession with Delta and the Kafka source, shared by the whole test session."""
-    from pipelines.spark_session import get_or_create_spark
+    from pipelines.runtime.spark_session import get_or_create_spark
 
     session = get_or_create_spark("scg-tests", {"spark.master": "local[2]"})
     yield session

@@ -7,7 +7,7 @@ every result before it is sent.
 """
 
 from .api import MemberInfo, PartitionAssignor, Subscription, TopicPartition
-from .errors import (
+from .assignor_errors import (
     AssignorError,
     AssignorFailedError,
     AssignorImportError,

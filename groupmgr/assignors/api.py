@@ -18,14 +18,9 @@ import functools
 from collections import deque
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
-
-class TopicPartition(NamedTuple):
-    """One partition of one topic; sorts by (topic, partition)."""
-
-    topic: str
-    partition: int
+from groupmgr.core.topic_partition import TopicPartition
 
 
 Assignment = dict[str, list[TopicPartition]]

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Sequence
 
+from groupmgr.core import ExitCategory, ScgError
+
 from .api import Subscription
 from .registry import get_assignor
 from .validate import run_assignor
@@ -23,10 +25,12 @@ from .validate import run_assignor
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
-class SpecError(ValueError):
+class SpecError(ScgError, ValueError):
     """A ``--topic`` or ``--member`` value is malformed; ``spec`` and ``reason`` say how."""
 
     kind = "spec"
+    condition = "BAD_SPEC"
+    exit_category = ExitCategory.CONFIG
 
     def __init__(self, spec: str, reason: str) -> None:
         self.spec = spec
@@ -38,12 +42,14 @@ class TopicSpecError(SpecError):
     """Bad ``--topic NAME:PARTITIONS``."""
 
     kind = "topic"
+    condition = "BAD_TOPIC_SPEC"
 
 
 class MemberSpecError(SpecError):
     """Bad ``--member ID[=INSTANCE][:TOPICS]``."""
 
     kind = "member"
+    condition = "BAD_MEMBER_SPEC"
 
 
 def _check_topic_name(spec: str, topic: str, error: type[SpecError]) -> str:

@@ -24,7 +24,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from .api import PartitionAssignor
-from .errors import AssignorImportError, DuplicateAssignorError, UnknownAssignorError
+from .assignor_errors import AssignorImportError, DuplicateAssignorError, UnknownAssignorError
 
 ENTRY_POINT_GROUP = "groupmgr.assignors"
 

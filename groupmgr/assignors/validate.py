@@ -22,7 +22,7 @@ from .api import (
     as_topic_partitions,
     sorted_member_ids,
 )
-from .errors import AssignorFailedError, InvalidAssignmentError
+from .assignor_errors import AssignorFailedError, InvalidAssignmentError
 
 _MAX_LISTED = 10  # partitions listed in error details; the full count is always given
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from pipelines.paths import PROJECT_ROOT
+from pipelines.runtime.install_paths import PROJECT_ROOT
 
 
 def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 0.2):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pipelines.paths import PROJECT_ROOT
+from pipelines.runtime.install_paths import PROJECT_ROOT
 from tests.e2e.harness import wait_until
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.paths import PROJECT_ROOT
+from pipelines.runtime.install_paths import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
 BOOTSTRAP = PROJECT_ROOT / "bin" / "bootstrap"

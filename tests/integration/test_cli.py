@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from pipelines.local_kafka import free_port
-from pipelines.paths import PROJECT_ROOT
+from pipelines.local.local_kafka import free_port
+from pipelines.runtime.install_paths import PROJECT_ROOT
 from tests.support.kafka_data import create_topic, json_events, produce, write_pipeline
 
 pytestmark = pytest.mark.integration

@@ -17,12 +17,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from groupmgr.assignors import TopicPartition as TP
 from groupmgr.coordinator_client import CoordinatorClient, KafkaTransport
-from groupmgr.errors import GroupError, StaleGenerationError
+from groupmgr.group_errors import GroupError, StaleGenerationError
 from groupmgr.generation import Generation, MemberState
 from groupmgr.member import GroupMember, MemberConfig
 from groupmgr.offsets import OffsetAndMetadata, commit_offsets
-from pipelines.local_kafka import LocalKafka
-from pipelines.paths import jars_dir
+from pipelines.local.local_kafka import LocalKafka
+from pipelines.runtime.install_paths import jars_dir
 
 pytestmark = pytest.mark.integration
 FAST = dict(session_timeout_ms=2500, heartbeat_interval_ms=200, rebalance_timeout_ms=15000,

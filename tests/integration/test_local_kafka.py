@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipelines.local_kafka import (BrokerStartError, JavaNotFoundError, LocalKafka,
+from pipelines.local.local_kafka import (BrokerStartError, JavaNotFoundError, LocalKafka,
                                    PortInUseError, free_port)
 
 pytestmark = pytest.mark.integration

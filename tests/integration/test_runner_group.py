@@ -9,9 +9,9 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from groupmgr.assignors.api import TopicPartition
+from groupmgr.core import TopicPartition
 from pipelines.config import load_pipeline
-from pipelines.runner import PipelineRunner, group_member_factory, resolve_topics
+from pipelines.runtime.runner import PipelineRunner, group_member_factory, resolve_topics
 from tests.support.kafka_data import (create_topic, delta_coordinates, json_events, log_end_offsets,
                                       produce, table_reached, write_pipeline)
 

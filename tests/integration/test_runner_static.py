@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from groupmgr.assignors.api import TopicPartition
+from groupmgr.core import TopicPartition
 from pipelines.config import load_pipeline
-from pipelines.runner import PipelineRunner
+from pipelines.runtime.runner import PipelineRunner
 from tests.support.kafka_data import (create_topic, delta_coordinates, json_events,
                                       log_end_offsets, produce, table_reached, write_pipeline)
 from tests.support.static_member import StaticMember

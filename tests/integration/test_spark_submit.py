@@ -1,4 +1,4 @@
-"""`spark-submit pipelines/run.py FILE` — the README's cluster path — on local[2] and on a
+"""`spark-submit pipelines/cli/submit.py FILE` — the README's cluster path — on local[2] and on a
 standalone master + worker, with the group member inside the driver (DESIGN invariant 5)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.paths import PROJECT_ROOT, jar_files
+from pipelines.runtime.install_paths import PROJECT_ROOT, jar_files
 from tests.support.kafka_data import (create_topic, delta_coordinates, json_events, produce,
                                       write_pipeline)
 from tests.support.standalone import StandaloneCluster
@@ -24,7 +24,7 @@ def submit(master: str, pipeline: Path, timeout_s: float = 600) -> subprocess.Co
                "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
                "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
                "--conf", "spark.executor.memory=512m", "--conf", "spark.driver.host=127.0.0.1",
-               str(PROJECT_ROOT / "pipelines" / "run.py"), str(pipeline)]
+               str(PROJECT_ROOT / "pipelines" / "cli" / "submit.py"), str(pipeline)]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "SPARK_LOCAL_IP": "127.0.0.1"}
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env,

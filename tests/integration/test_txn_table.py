@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from groupmgr.assignors.api import TopicPartition
-from pipelines.offsets import OffsetRange
+from groupmgr.core import TopicPartition
+from groupmgr.core import OffsetRange
 from sinks.txn_table import FencedWriterError, OffsetGapError, TxnDeltaTable
 
 pytestmark = pytest.mark.integration

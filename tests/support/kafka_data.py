@@ -8,7 +8,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from groupmgr.assignors.api import TopicPartition
+from groupmgr.core import TopicPartition
 from sinks.txn_table import read_recorded_offsets
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyspark
 
-from pipelines.local_kafka import free_port
+from pipelines.local.local_kafka import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
 

@@ -24,7 +24,7 @@ from kafka.protocol.consumer import (HeartbeatResponse, JoinGroupResponse, Leave
                                      OffsetCommitResponse, OffsetFetchResponse, SyncGroupResponse)
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 
-from groupmgr.errors import CoordinatorUnreachable
+from groupmgr.group_errors import CoordinatorUnreachable
 from groupmgr.member import MemberConfig
 
 INTERNAL = "__consumer_offsets"

@@ -3,10 +3,10 @@ table, then Kafka offsets — and no Kafka commit when the table refuses the bat
 import pyarrow as pa
 import pytest
 
-from groupmgr.assignors.api import TopicPartition
-from pipelines.batch_writer import BatchWriter, TableTargets
-from pipelines.offsets import OffsetRange
-from pipelines.records import RecordFormat
+from groupmgr.core import TopicPartition
+from pipelines.runtime.batch_writer import BatchWriter, TableTargets
+from groupmgr.core import OffsetRange
+from pipelines.runtime.records import RecordFormat
 from sinks.txn_table import CommitResult, FencedWriterError
 
 RANGES = (OffsetRange("t", 0, 0, 5), OffsetRange("t", 1, 3, 3))

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from pipelines.config import (Condition, ConfigError, PipelineConfig, SchemaField, Secret, load_pipeline,
                               main_validate)
-from pipelines.config_loader import parse_yaml
-from pipelines.secrets import file_secret
+from pipelines.config.yaml_nodes import parse_yaml
+from pipelines.config.secrets import file_secret
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "conf" / "pipelines"
@@ -102,7 +102,7 @@ def test_bad_durations(tmp_path: Path, text: str):
 
 @given(st.integers(min_value=1, max_value=10**6), st.sampled_from([("ms", 1), ("s", 1000), ("m", 60_000)]))
 def test_duration_property(number: int, unit: tuple[str, int]):
-    from pipelines.config_fields import Ctx, as_duration_ms
+    from pipelines.config.fields import Ctx, as_duration_ms
 
     node = parse_yaml(f"d: {number}{unit[0]}").value["d"]
     assert as_duration_ms(Ctx("f", Path("."), {}), node, "d") == number * unit[1]

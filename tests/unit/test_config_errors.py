@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import Condition, ConfigError, load_pipeline, main_validate
-from pipelines.config_loader import parse_yaml
+from pipelines.config.yaml_nodes import parse_yaml
 
 CASES = Path(__file__).parent / "config_cases"
 ENV = {"KAFKA_USER": "alice", "KAFKA_PASSWORD": "pw-from-env"}

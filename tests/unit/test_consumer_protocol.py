@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from groupmgr.assignors import Subscription, TopicPartition as TP
 from groupmgr.consumer_protocol import (decode_assignment, decode_subscription, encode_assignment,
                                         encode_subscription)
-from groupmgr.errors import ProtocolDecodeError
+from groupmgr.group_errors import ProtocolDecodeError
 
 SUB = Subscription(("b", "a"), b"ud", (TP("a", 1), TP("a", 0), TP("b", 3)), "inst", "rack1", 7)
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from groupmgr.coordinator_client import CoordinatorClient, KafkaTransport
-from groupmgr.errors import CoordinatorUnreachable, GroupAuthorizationFailed, MemberClosedError, NotCoordinator
+from groupmgr.group_errors import CoordinatorUnreachable, GroupAuthorizationFailed, MemberClosedError, NotCoordinator
 from groupmgr.generation import MemberState
 from groupmgr.member import GroupMember, MemberConfig
 from tests.unit.fake_coordinator import FakeCoordinator, Recorder

@@ -4,7 +4,7 @@ from __future__ import annotations
 import kafka.errors as kafka_errors
 import pytest
 
-from groupmgr import errors as E
+from groupmgr import group_errors as E
 
 
 @pytest.mark.parametrize("code, cls, retriable, fenced, rediscover", [

@@ -1,7 +1,7 @@
 """Pure rendering of local Kafka node configs."""
 from pathlib import Path
 
-from pipelines.kafka_node_config import NodePorts, new_cluster_id, render_server_properties
+from pipelines.local.broker_config import NodePorts, new_cluster_id, render_server_properties
 
 
 def test_cluster_ids_are_kafka_uuids_never_starting_with_dash():

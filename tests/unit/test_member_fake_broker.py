@@ -10,9 +10,9 @@ import time
 import pytest
 
 from groupmgr.assignors import PartitionAssignor, Subscription, TopicPartition as TP
-from groupmgr.assignors.errors import AssignorFailedError, InvalidAssignmentError
+from groupmgr.assignors.assignor_errors import AssignorFailedError, InvalidAssignmentError
 from groupmgr.consumer_protocol import decode_assignment, decode_subscription, encode_assignment, encode_subscription
-from groupmgr.errors import (CoordinatorUnreachable, FencedInstanceId, IllegalGeneration, ListenerError,
+from groupmgr.group_errors import (CoordinatorUnreachable, FencedInstanceId, IllegalGeneration, ListenerError,
                              MemberClosedError, StaleGenerationError, UnknownMemberId)
 from groupmgr.generation import MemberState
 from groupmgr.member import GroupMember

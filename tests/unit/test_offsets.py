@@ -1,8 +1,9 @@
 """Offset values, Spark JSON, and the planned ranges read from a checkpoint's offset log
 (DESIGN invariants 2 and 3: next-offset convention; ranges are what Spark planned, not the rows)."""
-from groupmgr.assignors.api import TopicPartition
-from pipelines.offsets import (CheckpointOffsetLog, OffsetRange, assign_json, from_spark_json,
-                               ranges_between, to_spark_json)
+from groupmgr.core import TopicPartition
+from groupmgr.core import OffsetRange, ranges_between
+from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
+from pipelines.runtime.spark_offsets import assign_json, from_spark_json, to_spark_json
 
 T0, T1, U0 = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)
 

@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from pipelines.paths import PROJECT_ROOT, state_dir
+from pipelines.runtime.install_paths import PROJECT_ROOT, state_dir
 
 DEMO_FILE = PROJECT_ROOT / "conf" / "pipelines" / "demo.yaml"
 FINISH_TIMEOUT_S = 240.0
@@ -28,7 +28,7 @@ def say(text: str) -> None:
 
 
 def run_demo(records: int = 20000, partitions: int = 6) -> int:
-    from pipelines.local_kafka import LocalKafka
+    from pipelines.local.local_kafka import LocalKafka
 
     home = state_dir() / "demo"
     kafka = LocalKafka(home / "kafka")
@@ -83,8 +83,8 @@ def produce_events(bootstrap: str, topic: str, count: int, seed: int = 7) -> Non
 
 
 def _run_until_complete(config, expected: int) -> int:
-    from pipelines.runner import PipelineRunner
-    from pipelines.spark_session import get_or_create_spark
+    from pipelines.runtime.runner import PipelineRunner
+    from pipelines.runtime.spark_session import get_or_create_spark
 
     say("starting Spark with Delta Lake and the Kafka source ...")
     spark = get_or_create_spark("scg-demo", config.spark_conf())
@@ -103,8 +103,8 @@ def _run_until_complete(config, expected: int) -> int:
 
 def _all_recorded(runner, config, expected: int):
     """A predicate: the table's recorded offsets reach the log end of every partition."""
-    from groupmgr.assignors.api import TopicPartition
-    from pipelines.start_offsets import watermarks
+    from groupmgr.core import TopicPartition
+    from pipelines.runtime.watermarks import watermarks
 
     topic = config.topics[0]
     partitions = [TopicPartition(topic, p) for p in range(_partition_count(config, topic))]

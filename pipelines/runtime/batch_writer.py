@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from groupmgr.assignors.api import TopicPartition
-from pipelines.offsets import CheckpointOffsetLog, OffsetRange
-from pipelines.records import RecordFormat, classify, dead_letters, good_rows
+from groupmgr.core import TopicPartition
+from groupmgr.core import OffsetRange
+from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
+from pipelines.runtime.records import RecordFormat, classify, dead_letters, good_rows
 from sinks.txn_table import CommitResult, FencedWriterError, TxnDeltaTable
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from groupmgr.assignors.api import TopicPartition
+from groupmgr.core import TopicPartition
 from groupmgr.describe import describe_group, format_table, to_json
+from pipelines.cli.arguments import BadArgumentsError
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ def describe_command(args) -> int:
     if args.pipeline:
         return _describe_pipeline(args.pipeline, args.json)
     if not args.group:
-        raise SystemExit("scg describe: give a GROUP or --pipeline FILE")
+        raise BadArgumentsError("scg describe: give a GROUP or --pipeline FILE")
     desc = describe_group(args.bootstrap, args.group)
     print(json.dumps(to_json(desc), indent=2) if args.json else format_table(desc))
     return 0
@@ -35,8 +36,8 @@ def describe_command(args) -> int:
 
 def _describe_pipeline(path: str, as_json: bool) -> int:
     from pipelines.config import load_pipeline
-    from pipelines.runner import resolve_topics
-    from pipelines.start_offsets import watermarks
+    from pipelines.runtime.runner import resolve_topics
+    from pipelines.runtime.watermarks import watermarks
     from sinks.txn_table import read_recorded_offsets
 
     config = load_pipeline(path)

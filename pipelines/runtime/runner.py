@@ -19,13 +19,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from groupmgr.assignors.api import TopicPartition
-from pipelines import query as queries
-from pipelines.batch_writer import BatchWriter, TableTargets
-from pipelines.offsets import CheckpointOffsetLog
-from pipelines.progress import ProgressPrinter
-from pipelines.start_offsets import Watermarks, choose_start_offsets
-from pipelines.tables import open_tables
+from groupmgr.core import TopicPartition
+from pipelines.runtime import streaming_query as queries
+from pipelines.runtime.batch_writer import BatchWriter, TableTargets
+from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
+from pipelines.runtime.progress import ProgressPrinter
+from pipelines.runtime.start_offsets import choose_start_offsets
+from pipelines.runtime.watermarks import Watermarks
+from pipelines.runtime.pipeline_tables import open_tables
 
 log = logging.getLogger("scg.runner")
 POLL_S = 0.5

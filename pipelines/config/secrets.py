@@ -17,6 +17,8 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from groupmgr.core import ExitCategory, ScgError
+
 MASK = "***"
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -57,10 +59,11 @@ class Secret:
         return hash((Secret, self._value))
 
 
-class SecretError(Exception):
+class SecretError(ScgError):
     """A secret could not be resolved; ``condition`` names the case, ``params`` hold its parameters."""
 
     condition = "SECRET_ERROR"
+    exit_category = ExitCategory.CONFIG
 
     def __init__(self, detail: str, **params: Any) -> None:
         super().__init__(detail)

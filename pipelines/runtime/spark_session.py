@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from pipelines.paths import conf_dir, jar_files
+from pipelines.runtime.install_paths import conf_dir, jar_files
 
 DELTA_SETTINGS = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",

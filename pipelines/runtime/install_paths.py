@@ -10,13 +10,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from groupmgr.core import ExitCategory, ScgError
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
-class JarsNotInstalledError(RuntimeError):
+class JarsNotInstalledError(ScgError):
     """The JVM jars are missing: bin/bootstrap has not run (or was interrupted)."""
 
     condition = "JARS_NOT_INSTALLED"
+    exit_category = ExitCategory.ENVIRONMENT
 
     def __init__(self, directory: Path):
         self.directory = directory

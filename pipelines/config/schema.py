@@ -4,10 +4,10 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from pipelines.config import SchemaField
-from pipelines.config_fields import Ctx, as_str, wrong_type
-from pipelines.config_loader import Condition as C
-from pipelines.config_loader import Node, child_path
+from pipelines.config.model import SchemaField
+from pipelines.config.fields import Ctx, as_str, wrong_type
+from pipelines.config.yaml_nodes import Condition as C
+from pipelines.config.yaml_nodes import Node, child_path
 
 _SIMPLE_TYPES = {
     "string": "string", "bigint": "bigint", "long": "bigint", "int": "int", "integer": "int",

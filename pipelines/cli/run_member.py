@@ -1,34 +1,33 @@
-"""Run one pipeline member until interrupted; also the ``spark-submit`` entry point:
-
-    spark-submit --packages <pinned connectors> pipelines/run.py conf/pipelines/x.yaml
+"""``scg run``: one pipeline member until interrupted.
 
 SIGINT / SIGTERM stop the query at a batch boundary, leave the group and exit.
 """
 from __future__ import annotations
 
 import signal
-import sys
 import threading
-from pathlib import Path
+from collections.abc import Callable
 
-if __package__ in (None, ""):  # started as a script by spark-submit
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from pipelines.config import PipelineConfig
 
 
-def run_pipeline(config, stop: threading.Event | None = None, out=print) -> None:
-    from pipelines.runner import PipelineRunner
-    from pipelines.spark_session import get_or_create_spark
+def run_pipeline(config: PipelineConfig, stop: threading.Event | None = None,
+                 out: Callable[[str], None] = print, **runner_options) -> None:
+    """Run ``config``'s member in this process's Spark session (created or reused) until ``stop``
+    is set or a signal arrives; ``runner_options`` go to :class:`PipelineRunner` (e.g. test hooks)."""
+    from pipelines.runtime.runner import PipelineRunner
+    from pipelines.runtime.spark_session import get_or_create_spark
 
     stop = stop or threading.Event()
     out(f"[scg] starting pipeline {config.name}: group {config.group.id}, "
         f"topics {', '.join(config.topics) or config.topic_pattern}, table {config.sink.path}")
     spark = get_or_create_spark(f"scg-{config.name}", config.spark_conf())
-    runner = PipelineRunner(config, spark, out=out)
-    with _stop_on_signals(stop):
+    runner = PipelineRunner(config, spark, out=out, **runner_options)
+    with _StopOnSignals(stop):
         runner.run(stop)
 
 
-class _stop_on_signals:
+class _StopOnSignals:
     """Set ``stop`` on SIGINT/SIGTERM while inside the block (main thread only)."""
 
     def __init__(self, stop: threading.Event):
@@ -44,13 +43,3 @@ class _stop_on_signals:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
         return False
-
-
-def main(argv: list[str] | None = None) -> int:
-    from pipelines.cli import main as cli_main
-
-    return cli_main(["run", *(argv if argv is not None else sys.argv[1:])])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

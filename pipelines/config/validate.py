@@ -1,4 +1,4 @@
-"""Validator: line-numbered YAML nodes -> frozen :class:`~pipelines.config.PipelineConfig`.
+"""Validator: line-numbered YAML nodes -> frozen :class:`~pipelines.config.model.PipelineConfig`.
 
 Pure apart from three lookups it is given or makes on purpose: ``${NAME}`` references
 (from the ``env`` mapping passed in), ``*_file`` secrets (read from disk) and assignor
@@ -6,13 +6,13 @@ names (``groupmgr.assignors.get_assignor``, which may import a plug-in module).
 
 Rules: every mapping rejects unknown keys first (with a did-you-mean suggestion), then
 fields are read in document order of the schema. The first problem raises a
-:class:`~pipelines.config_loader.ConfigError`; a missing field reports the line of its
+:class:`~pipelines.config.yaml_nodes.ConfigError`; a missing field reports the line of its
 parent mapping (the line of the key that opens it, e.g. ``group:``; the first key's line
 for the top level), anything else the line of the offending key or list item. Explicit
 ``null`` means "not given".
 
 The shared primitives (context, sections, scalar parsers, secrets) live in
-:mod:`pipelines.config_fields`; the JSON schema DDL parser in :mod:`pipelines.config_schema`.
+:mod:`pipelines.config.fields`; the JSON schema DDL parser in :mod:`pipelines.config.schema`.
 """
 from __future__ import annotations
 
@@ -20,16 +20,16 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from groupmgr.assignors.errors import AssignorError, UnknownAssignorError
-from pipelines.config import (KAFKA_COORDINATE_COLUMNS, FormatConfig, GroupConfig, KafkaConfig,
+from groupmgr.assignors.assignor_errors import AssignorError, UnknownAssignorError
+from pipelines.config.model import (KAFKA_COORDINATE_COLUMNS, FormatConfig, GroupConfig, KafkaConfig,
                               PipelineConfig, SecurityConfig, SinkConfig, SourceConfig, TriggerConfig)
-from pipelines.config_fields import (AssignorLookup, Ctx, Section, as_bool, as_duration_ms, as_enum,
+from pipelines.config.fields import (AssignorLookup, Ctx, Section, as_bool, as_duration_ms, as_enum,
                                      as_env_str, as_list, as_location, as_positive_int, as_str,
                                      default_assignor_lookup, read_secret, settings_map, suggest,
                                      unique)
-from pipelines.config_loader import Condition as C
-from pipelines.config_loader import Node, child_path
-from pipelines.config_schema import parse_schema
+from pipelines.config.yaml_nodes import Condition as C
+from pipelines.config.yaml_nodes import Node, child_path
+from pipelines.config.schema import parse_schema
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")

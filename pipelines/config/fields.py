@@ -3,7 +3,7 @@
 Holds the context every check carries (:class:`Ctx`: file name, base directory, env, assignor
 lookup), :class:`Section` (a YAML mapping whose unknown keys are rejected on opening), the
 scalar parsers (``as_*``), and the readers for ``${ENV}``/``*_file`` secrets and string->string
-settings maps. Each raises a :class:`~pipelines.config_loader.ConfigError` on the first problem.
+settings maps. Each raises a :class:`~pipelines.config.yaml_nodes.ConfigError` on the first problem.
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping, NoReturn, Sequence
 
 from groupmgr.assignors import get_assignor
-from pipelines.config_loader import Condition as C
-from pipelines.config_loader import ConfigError, Node, child_path
-from pipelines.secrets import (Secret, SecretError, env_secret, file_secret, interpolate,
+from pipelines.config.yaml_nodes import Condition as C
+from pipelines.config.yaml_nodes import ConfigError, Node, child_path
+from pipelines.config.secrets import (Secret, SecretError, env_secret, file_secret, interpolate,
                                is_secret_key)
 
 _CLIENT_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

@@ -17,8 +17,10 @@ from typing import ClassVar
 
 import kafka.errors as kafka_errors
 
+from groupmgr.core import ScgError
 
-class GroupError(Exception):
+
+class GroupError(ScgError):
     """Base of every consumer-group error raised by ``groupmgr``."""
 
     condition: ClassVar[str] = "GROUP_ERROR"

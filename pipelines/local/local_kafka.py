@@ -18,18 +18,20 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pipelines import kafka_node_config as node_config
-from pipelines.paths import conf_dir, jar_files
+from groupmgr.core import ExitCategory, ScgError
+from pipelines.local import broker_config as node_config
+from pipelines.runtime.install_paths import conf_dir, jar_files
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
 
 
-class LocalKafkaError(RuntimeError):
-    """Base of local-cluster errors; ``condition`` names the failure for tests and exit codes."""
+class LocalKafkaError(ScgError):
+    """Base of local-cluster errors: the machine cannot run a local Kafka (exit 3)."""
 
     condition = "LOCAL_KAFKA_ERROR"
+    exit_category = ExitCategory.ENVIRONMENT
 
 
 class PortInUseError(LocalKafkaError):

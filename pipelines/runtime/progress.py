@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from pipelines.batch_writer import BatchReport
+from pipelines.runtime.batch_writer import BatchReport
 
 
 class ProgressPrinter:

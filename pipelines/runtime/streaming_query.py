@@ -1,7 +1,7 @@
 """Start the Structured Streaming query of one assignment: exactly the owned partitions.
 
 The query reads with Spark's Kafka source (``assign`` + explicit numeric ``startingOffsets``) and
-writes through :class:`pipelines.batch_writer.BatchWriter`. Each start gets a fresh checkpoint
+writes through :class:`pipelines.runtime.batch_writer.BatchWriter`. Each start gets a fresh checkpoint
 directory: the Delta table, not the checkpoint, is the source of truth for offsets, so a
 checkpoint only has to live as long as its query.
 """
@@ -12,8 +12,8 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from groupmgr.assignors.api import TopicPartition
-from pipelines.offsets import assign_json, to_spark_json
+from groupmgr.core import TopicPartition
+from pipelines.runtime.spark_offsets import assign_json, to_spark_json
 
 
 def new_checkpoint(root: Path, label: str) -> Path:

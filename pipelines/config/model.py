@@ -1,10 +1,5 @@
-"""Validated, frozen pipeline configuration and its public entry points.
-
-``load_pipeline(path)`` reads a YAML pipeline spec (see conf/pipelines/demo.yaml) and
-returns a :class:`PipelineConfig`, or raises :class:`ConfigError` naming the file, line,
-field and condition. Layers: :mod:`pipelines.config_loader` (YAML -> line-numbered nodes),
-:mod:`pipelines.config_validate` (nodes -> these dataclasses, pure apart from reading
-``${ENV}``/secret files and looking assignors up), :mod:`pipelines.secrets` (Secret).
+"""Validated, frozen pipeline configuration: the dataclasses :func:`pipelines.config.load_pipeline`
+returns.
 
 Durations are held as integer milliseconds. Secrets are :class:`Secret` values: no
 ``repr`` shows them, ``describe()`` masks them as ``"***"``, and only the client-option
@@ -13,22 +8,13 @@ helpers (:meth:`KafkaConfig.confluent_config` etc.) reveal them, because clients
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from pipelines.config_loader import Condition, ConfigError, load_yaml
-from pipelines.secrets import MASK, Secret, mask, reveal
+from pipelines.config.secrets import MASK, Secret, mask, reveal
 
-__all__ = [
-    "Condition", "ConfigError", "FormatConfig", "GroupConfig", "KafkaConfig", "PipelineConfig",
-    "SchemaField", "Secret", "SecurityConfig", "SinkConfig", "SourceConfig", "TriggerConfig",
-    "load_pipeline", "main_validate",
-]
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 KAFKA_COORDINATE_COLUMNS = ("topic", "partition")
@@ -327,31 +313,3 @@ def _display(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_display(item) for item in value]
     return mask(value)
-
-
-def load_pipeline(path: str | Path, env: Mapping[str, str] | None = None) -> PipelineConfig:
-    """Load and validate the pipeline spec at ``path``; raises :class:`ConfigError`.
-
-    ``env`` (default ``os.environ``) resolves ``${NAME}`` references.
-    """
-    # Imported here: config_validate builds the dataclasses defined above.
-    from pipelines.config_validate import validate_pipeline
-
-    root = load_yaml(path)
-    return validate_pipeline(root, str(path), Path(path).resolve(), os.environ if env is None else env)
-
-
-def main_validate(path: str | Path, show: bool = False) -> int:
-    """``scg validate FILE``: "OK <summary>" on stdout (exit 0) or one error line on stderr (exit 2).
-
-    With ``show`` the masked config is printed as JSON too.
-    """
-    try:
-        config = load_pipeline(path)
-    except ConfigError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
-    print(f"OK {config.summary()}")
-    if show:
-        print(json.dumps(config.describe(), indent=2, sort_keys=False))
-    return 0

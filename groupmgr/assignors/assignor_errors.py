@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from groupmgr.core import ExitCategory, ScgError
 
-class AssignorError(Exception):
+
+class AssignorError(ScgError):
     """Base class of every assignor error; ``condition`` names the case."""
 
     condition: str = "ASSIGNOR_ERROR"
@@ -24,6 +26,7 @@ class UnknownAssignorError(AssignorError, LookupError):
     """No built-in, entry point or importable ``module:Class`` has this name."""
 
     condition = "UNKNOWN_ASSIGNOR"
+    exit_category = ExitCategory.CONFIG
 
     def __init__(self, name: str, available: Sequence[str]) -> None:
         self.name = name
@@ -38,6 +41,7 @@ class AssignorImportError(AssignorError, ImportError):
     """A ``module:Class`` spec or entry point could not be loaded or instantiated."""
 
     condition = "ASSIGNOR_IMPORT_FAILED"
+    exit_category = ExitCategory.CONFIG
 
     def __init__(self, spec: str, cause: BaseException) -> None:
         self.spec = spec
@@ -49,6 +53,7 @@ class DuplicateAssignorError(AssignorError):
     """Two sources register the same assignor name with different targets."""
 
     condition = "DUPLICATE_ASSIGNOR"
+    exit_category = ExitCategory.CONFIG
 
     def __init__(self, name: str, sources: Sequence[str]) -> None:
         self.name = name

@@ -1,30 +1,34 @@
 """`scg` — the command line of spark-consumer-groups.
 
 Exit codes: 0 success, 1 runtime failure, 2 bad configuration or arguments (with file, line and
-field), 3 environment problem (Java, ports, missing install), 130 interrupted.
+field), 3 environment problem (Java, ports, missing install), 130 interrupted. Every failure is an
+:class:`~groupmgr.core.ScgError`: the CLI prints its one-line headline (``[CONDITION] ...``) and
+exits with its ``exit_category``; the mapping is by type, never by message text.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from groupmgr.core import ExitCategory, ScgError
+from pipelines.cli.arguments import ArgumentParser, positive_int, tcp_port
 
-EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_ENV, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_INTERRUPTED = 0, 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="scg", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="scg", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a pipeline as one member of its consumer group")
     run.add_argument("file")
     sub.add_parser("validate", help="validate a pipeline file and exit").add_argument("file")
     demo = sub.add_parser("demo", help="the main job end to end on an embedded local Kafka")
-    demo.add_argument("--records", type=int, default=20000)
-    demo.add_argument("--partitions", type=int, default=6)
+    demo.add_argument("--records", type=positive_int, default=20000)
+    demo.add_argument("--partitions", type=positive_int, default=6)
     kafka = sub.add_parser("kafka", help="a local Apache Kafka (KRaft) on loopback")
     kafka.add_argument("action", choices=["start", "stop", "status"])
-    kafka.add_argument("--brokers", type=int, default=1)
-    kafka.add_argument("--port", type=int, default=9092,
+    kafka.add_argument("--brokers", type=positive_int, default=1)
+    kafka.add_argument("--port", type=tcp_port, default=9092,
                        help="first client port (default 9092; node i uses port+i)")
     kafka.add_argument("--dir", default=None, help="state directory (default .scg/state/kafka)")
     assign = sub.add_parser("assign", help="preview what an assignor would give a group")
@@ -41,37 +45,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    handler = COMMANDS[args.command]
+    """Run one ``scg`` command; returns the process exit code."""
     try:
-        return handler(args)
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception as exc:  # noqa: BLE001 - one clear line per named error, not a traceback
-        code = _exit_code(exc)
-        if code is None:
-            raise
-        print(f"scg: error: {exc}", file=sys.stderr)
-        return code
-
-
-def _exit_code(exc: Exception) -> int | None:
-    from pipelines.local_kafka import LocalKafkaError
-    from pipelines.paths import JarsNotInstalledError
-
-    if getattr(exc, "condition", None) and hasattr(exc, "field_path"):
-        return EXIT_CONFIG
-    if isinstance(exc, (LocalKafkaError, JarsNotInstalledError)):
-        return EXIT_ENV
-    if isinstance(exc, ValueError) and getattr(exc, "condition", None):
-        return EXIT_CONFIG
-    return EXIT_FAILED if getattr(exc, "condition", None) else None
+    except ScgError as exc:
+        print(f"scg: error: {exc.headline()}", file=sys.stderr)
+        return int(exc.exit_category)
 
 
 def cmd_run(args) -> int:
+    from pipelines.cli.run_member import run_pipeline
     from pipelines.config import load_pipeline
-    from pipelines.run import run_pipeline
 
     config = load_pipeline(args.file)
     run_pipeline(config)
@@ -85,7 +73,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from pipelines.demo import run_demo
+    from pipelines.local.demo import run_demo
 
     return run_demo(records=args.records, partitions=args.partitions)
 
@@ -93,8 +81,8 @@ def cmd_demo(args) -> int:
 def cmd_kafka(args) -> int:
     from pathlib import Path
 
-    from pipelines.local_kafka import LocalKafka
-    from pipelines.paths import state_dir
+    from pipelines.local.local_kafka import LocalKafka
+    from pipelines.runtime.install_paths import state_dir
 
     cluster = LocalKafka(Path(args.dir) if args.dir else state_dir() / "kafka")
     if args.action == "start":
@@ -110,7 +98,7 @@ def cmd_kafka(args) -> int:
         alive = state.alive_nodes() if state else []
         if not alive:
             print("no local Kafka running")
-            return EXIT_FAILED
+            return int(ExitCategory.RUNTIME)
         for node in alive:
             print(f"node {node.node_id}: pid {node.pid} 127.0.0.1:{node.client_port} log {node.log_file}")
         print(state.bootstrap_servers)
@@ -125,13 +113,10 @@ def cmd_assign(args) -> int:
 
 
 def cmd_describe(args) -> int:
-    from pipelines.describe import describe_command
+    from pipelines.cli.describe_pipeline import describe_command
 
     return describe_command(args)
 
 
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "demo": cmd_demo, "kafka": cmd_kafka,
             "assign": cmd_assign, "describe": cmd_describe}
-
-if __name__ == "__main__":
-    sys.exit(main())

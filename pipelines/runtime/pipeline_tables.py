@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from pipelines.batch_writer import apply_transform
-from pipelines.records import RecordFormat, classify, dead_letters, good_rows
+from groupmgr.core import ExitCategory, ScgError
+
+from pipelines.runtime.batch_writer import apply_transform
+from pipelines.runtime.records import RecordFormat, classify, dead_letters, good_rows
 from sinks.txn_table import TxnDeltaTable
 
 KAFKA_ROW_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
@@ -21,8 +23,11 @@ KAFKA_ROW_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset 
 COORDINATE_COLUMNS = ("topic", "partition", "offset")
 
 
-class TransformShapeError(ValueError):
+class TransformShapeError(ScgError, ValueError):
+    """The pipeline's transform drops a Kafka coordinate column exactly-once needs."""
+
     condition = "TRANSFORM_DROPS_COORDINATES"
+    exit_category = ExitCategory.CONFIG
 
     def __init__(self, missing):
         self.missing = tuple(missing)

@@ -19,6 +19,8 @@ from typing import Any, Iterator
 
 import yaml
 
+from groupmgr.core import ExitCategory, ScgError
+
 MERGE_TAG = "tag:yaml.org,2002:merge"
 MAP_TAG = "tag:yaml.org,2002:map"
 SEQ_TAG = "tag:yaml.org,2002:seq"
@@ -51,12 +53,14 @@ class Condition(enum.StrEnum):
     TRANSFORM_WITHOUT_INPUT = "TRANSFORM_WITHOUT_INPUT"
 
 
-class ConfigError(Exception):
+class ConfigError(ScgError):
     """A bad pipeline file: ``str`` is ``"<file>:<line>: <field.path>: <detail>"``.
 
     ``condition`` (a :class:`Condition`) and ``params`` identify the case; the detail
     text is for humans and may change. ``line`` is 0 when there is no line (file missing).
     """
+
+    exit_category = ExitCategory.CONFIG
 
     def __init__(self, file: str | Path, line: int, field_path: str, condition: Condition,
                  detail: str, /, **params: Any) -> None:

@@ -1,0 +1,6 @@
+"""``python -m pipelines.cli ...`` is ``scg ...``."""
+import sys
+
+from pipelines.cli.main import main
+
+sys.exit(main())

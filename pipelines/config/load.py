@@ -1,0 +1,37 @@
+"""Entry points of the config layer: a pipeline file in, a validated :class:`PipelineConfig` out."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Mapping
+
+from pipelines.config.model import PipelineConfig
+from pipelines.config.validate import validate_pipeline
+from pipelines.config.yaml_nodes import ConfigError, load_yaml
+
+
+def load_pipeline(path: str | Path, env: Mapping[str, str] | None = None) -> PipelineConfig:
+    """Load and validate the pipeline spec at ``path``; raises :class:`ConfigError`.
+
+    ``env`` (default ``os.environ``) resolves ``${NAME}`` references.
+    """
+    root = load_yaml(path)
+    return validate_pipeline(root, str(path), Path(path).resolve(), os.environ if env is None else env)
+
+
+def main_validate(path: str | Path, show: bool = False) -> int:
+    """``scg validate FILE``: "OK <summary>" on stdout (exit 0) or one error line on stderr (exit 2).
+
+    With ``show`` the masked config is printed as JSON too.
+    """
+    try:
+        config = load_pipeline(path)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    print(f"OK {config.summary()}")
+    if show:
+        print(json.dumps(config.describe(), indent=2, sort_keys=False))
+    return 0
