@@ -56,6 +56,9 @@ class PartitionOffsets:
 
 @dataclass(frozen=True)
 class GroupDescription:
+    """A group as the brokers describe it: state, protocol, members and per-partition offsets and
+    lag (a snapshot; immutable)."""
+
     group_id: str
     state: str
     group_type: str

@@ -49,14 +49,20 @@ class _Coordinator(GroupError):
 
 
 class CoordinatorNotAvailable(_Coordinator):
+    """The group's coordinator is not available yet (retriable; look the coordinator up again)."""
+
     condition, error_code = "COORDINATOR_NOT_AVAILABLE", 15
 
 
 class NotCoordinator(_Coordinator):
+    """The broker asked is no longer the group's coordinator (retriable; look it up again)."""
+
     condition, error_code = "NOT_COORDINATOR", 16
 
 
 class CoordinatorLoadInProgress(GroupError):
+    """The coordinator is still loading the group's state (retriable)."""
+
     condition, error_code, retriable = "COORDINATOR_LOAD_IN_PROGRESS", 14, True
 
 
@@ -67,10 +73,14 @@ class CoordinatorUnreachable(_Coordinator):
 
 
 class RequestTimedOut(_Coordinator):
+    """The coordinator did not answer in time (retriable; look it up again)."""
+
     condition, error_code = "REQUEST_TIMED_OUT", 7
 
 
 class NetworkException(_Coordinator):
+    """The connection to the coordinator broke (retriable; look it up again)."""
+
     condition, error_code = "NETWORK_EXCEPTION", 13
 
 
@@ -87,10 +97,14 @@ class RebalanceInProgress(GroupError):
 
 
 class IllegalGeneration(GroupError):
+    """This member's generation is stale: it has lost its partitions and must rejoin (fenced)."""
+
     condition, error_code, fenced = "ILLEGAL_GENERATION", 22, True
 
 
 class UnknownMemberId(GroupError):
+    """The coordinator no longer knows this member id: it must rejoin with a new one (fenced)."""
+
     condition, error_code, fenced = "UNKNOWN_MEMBER_ID", 25, True
 
 
@@ -119,42 +133,62 @@ class MemberIdRequired(GroupError):
 
 
 class GroupAuthorizationFailed(GroupError):
+    """The principal may not use this group (needs READ on the group)."""
+
     condition, error_code = "GROUP_AUTHORIZATION_FAILED", 30
 
 
 class TopicAuthorizationFailed(GroupError):
+    """The principal may not read a subscribed topic (needs READ/DESCRIBE on the topic)."""
+
     condition, error_code = "TOPIC_AUTHORIZATION_FAILED", 29
 
 
 class InconsistentGroupProtocol(GroupError):
+    """The member's protocol type or assignors share nothing with the group's members."""
+
     condition, error_code = "INCONSISTENT_GROUP_PROTOCOL", 23
 
 
 class UnknownTopicOrPartition(GroupError):
+    """A topic or partition in the request does not exist (any more)."""
+
     condition, error_code = "UNKNOWN_TOPIC_OR_PARTITION", 3
 
 
 class OffsetMetadataTooLarge(GroupError):
+    """The offset commit's metadata string is longer than the broker accepts."""
+
     condition, error_code = "OFFSET_METADATA_TOO_LARGE", 12
 
 
 class GroupMaxSizeReached(GroupError):
+    """The group already has ``group.max.size`` members; this one was refused."""
+
     condition, error_code = "GROUP_MAX_SIZE_REACHED", 81
 
 
 class UnsupportedVersion(GroupError):
+    """The broker does not support the request version the member sent."""
+
     condition, error_code = "UNSUPPORTED_VERSION", 35
 
 
 class InvalidSessionTimeout(GroupError):
+    """The session timeout is outside the broker's group.min/max.session.timeout.ms."""
+
     condition, error_code = "INVALID_SESSION_TIMEOUT", 26
 
 
 class InvalidGroupId(GroupError):
+    """The group id is empty or otherwise invalid."""
+
     condition, error_code = "INVALID_GROUP_ID", 24
 
 
 class UnreleasedInstanceId(GroupError):
+    """The static member's instance id is still held by another member."""
+
     condition, error_code = "UNRELEASED_INSTANCE_ID", 111
 
 

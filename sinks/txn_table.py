@@ -7,7 +7,7 @@ For every (topic, partition) the table carries two Delta application transaction
 * ``<app>:owner:<topic>:<partition>`` — version = the owner epoch of the member allowed to write
   the partition, bumped by :meth:`TxnDeltaTable.claim` when a member is assigned the partition.
 
-Commit protocol of :meth:`TxnDeltaTable.commit` (DESIGN invariant 3): read one snapshot; every
+Commit protocol of :meth:`TxnDeltaTable.commit` (docs/DESIGN.md, invariant 3): read one snapshot; every
 partition of the batch must still be owned by the caller's epoch (else ``FencedWriterError``, and
 nothing is written); per partition, the recorded offset decides: equal to the batch start → write
 the range; at or past the batch end → a replay, write nothing; in between → a partial replay, write
@@ -64,6 +64,8 @@ class OffsetGapError(SinkError):
 
 @dataclass(frozen=True)
 class CommitResult:
+    """What one :meth:`TxnDeltaTable.commit` did (immutable)."""
+
     table_version: int | None     # None when nothing needed committing (a full replay)
     rows_written: int
     rows_skipped: int             # rows already in the table (replay)
@@ -78,6 +80,14 @@ class _Plan:
 
 
 class TxnDeltaTable:
+    """A Delta table at ``path`` written exactly once per Kafka partition (protocol above).
+
+    Offsets are next-offset-to-read: after a commit of range ``[start, end)`` the partition's
+    offset transaction holds ``end``. Every commit is one Delta version holding the data files and
+    the offset and owner transactions of its partitions, built on the snapshot it checked (CAS).
+    Not thread safe: one instance per writer thread; any number of processes may share the table.
+    """
+
     def __init__(self, path: str, app_id: str, schema: pa.Schema,
                  partition_by: Sequence[str] = (), storage_options: Mapping[str, str] | None = None):
         self.path, self.app_id, self.schema = str(path), app_id, schema

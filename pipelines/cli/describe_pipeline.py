@@ -15,6 +15,9 @@ from pipelines.cli.arguments import BadArgumentsError
 
 @dataclass(frozen=True)
 class PipelinePartition:
+    """One partition of a pipeline: the table's next offset (Delta version), the group's committed
+    offset, log end, lag against the table, owner."""
+
     topic: str
     partition: int
     delta_version: int | None

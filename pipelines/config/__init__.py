@@ -4,7 +4,7 @@
 :class:`PipelineConfig`, or raises :class:`ConfigError` naming the file, line, field and condition.
 Modules: :mod:`~pipelines.config.yaml_nodes` (YAML -> line-numbered nodes, ConfigError),
 :mod:`~pipelines.config.fields` (typed field readers), :mod:`~pipelines.config.schema` (the JSON
-schema field), :mod:`~pipelines.config.validate` (nodes -> the dataclasses of
+schema field), :mod:`~pipelines.config.pipeline_validator` (nodes -> the dataclasses of
 :mod:`~pipelines.config.model`; pure apart from reading ``${ENV}``/secret files and looking
 assignors up), :mod:`~pipelines.config.secrets` (Secret values, masking).
 """

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Mapping
 
 from pipelines.config.model import PipelineConfig
-from pipelines.config.validate import validate_pipeline
+from pipelines.config.pipeline_validator import validate_pipeline
 from pipelines.config.yaml_nodes import ConfigError, load_yaml
 
 

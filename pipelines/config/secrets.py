@@ -72,22 +72,32 @@ class SecretError(ScgError):
 
 
 class InlineSecretError(SecretError):
+    """A secret was written inline in the file instead of ``${ENV}`` or a ``*_file`` entry."""
+
     condition = "INLINE_SECRET"
 
 
 class EnvVarNotSetError(SecretError):
+    """A ``${NAME}`` reference names an environment variable that is not set."""
+
     condition = "ENV_VAR_NOT_SET"
 
 
 class BadEnvReferenceError(SecretError):
+    """A ``${...}`` reference is malformed."""
+
     condition = "BAD_VALUE"
 
 
 class SecretFileNotFoundError(SecretError):
+    """A ``*_file`` entry names a file that does not exist."""
+
     condition = "SECRET_FILE_NOT_FOUND"
 
 
 class SecretFileUnreadableError(SecretError):
+    """A ``*_file`` entry names a file that cannot be read."""
+
     condition = "SECRET_FILE_UNREADABLE"
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class NodePorts:
+    """The loopback ports of one local broker node (client and controller listeners)."""
+
     node_id: int
     client_port: int
     controller_port: int

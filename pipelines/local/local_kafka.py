@@ -35,6 +35,8 @@ class LocalKafkaError(ScgError):
 
 
 class PortInUseError(LocalKafkaError):
+    """A port the local cluster needs is taken by another process."""
+
     condition = "PORT_IN_USE"
 
     def __init__(self, port: int):
@@ -46,6 +48,8 @@ class PortInUseError(LocalKafkaError):
 
 
 class JavaNotFoundError(LocalKafkaError):
+    """No Java 17+ to run the broker."""
+
     condition = "JAVA_NOT_FOUND"
 
     def __init__(self):
@@ -54,6 +58,8 @@ class JavaNotFoundError(LocalKafkaError):
 
 
 class BrokerStartError(LocalKafkaError):
+    """A broker process exited or did not become ready in time; the message points at its log."""
+
     condition = "BROKER_DID_NOT_START"
 
     def __init__(self, reason: str, log_file: Path):
@@ -63,6 +69,8 @@ class BrokerStartError(LocalKafkaError):
 
 
 class AlreadyRunningError(LocalKafkaError):
+    """A local cluster is already running from this state directory."""
+
     condition = "ALREADY_RUNNING"
 
     def __init__(self, bootstrap: str, state_file: Path):
@@ -73,6 +81,8 @@ class AlreadyRunningError(LocalKafkaError):
 
 @dataclass(frozen=True)
 class NodeProcess:
+    """One running broker node: id, pid, ports and log file (as recorded in the state file)."""
+
     node_id: int
     client_port: int
     controller_port: int
@@ -82,6 +92,8 @@ class NodeProcess:
 
 @dataclass(frozen=True)
 class ClusterState:
+    """The local cluster as recorded in its state file: cluster id and nodes."""
+
     bootstrap_servers: str
     cluster_id: str
     nodes: tuple[NodeProcess, ...]

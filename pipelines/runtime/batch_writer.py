@@ -1,6 +1,6 @@
 """The ``foreachBatch`` function of one member's query: one micro-batch → Delta, then Kafka.
 
-Commit order (DESIGN invariants 3, 4, 6), per micro-batch:
+Commit order (docs/DESIGN.md invariants 3, 4, 6), per micro-batch:
 
 1. the planned offset ranges are read from the query's checkpoint offset log (not from the rows);
 2. dead letters are committed to the dead-letter table (exactly once, per-partition txn);
@@ -12,22 +12,36 @@ Runs on the Spark driver, in the query's thread; not shared between queries.
 """
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from groupmgr.core import TopicPartition
-from groupmgr.core import OffsetRange
+from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
 from pipelines.runtime.records import RecordFormat, classify, dead_letters, good_rows
 from sinks.txn_table import CommitResult, FencedWriterError, TxnDeltaTable
 
+
+@dataclass(frozen=True)
+class BatchHooks:
+    """Points where a test may act on a batch in flight (fault injection is passed in, never read
+    from the environment). Each hook gets the batch id and its planned ranges; the defaults do
+    nothing. ``before_commit`` runs after the rows are prepared and before the first Delta commit;
+    ``after_delta_commit`` after both Delta commits and before the Kafka offset commit."""
+
+    before_commit: Callable[[int, tuple[OffsetRange, ...]], None] = lambda batch_id, ranges: None
+    after_delta_commit: Callable[[int, tuple[OffsetRange, ...]], None] = lambda batch_id, ranges: None
+
+
+NO_HOOKS = BatchHooks()
+
+
 @dataclass(frozen=True)
 class BatchReport:
+    """What one committed micro-batch did; offsets in ``ranges`` are next-offset-to-read."""
+
     batch_id: int
     ranges: tuple[OffsetRange, ...]
     rows_written: int
@@ -50,20 +64,25 @@ class TableTargets:
 
 
 class BatchWriter:
+    """The ``foreachBatch`` callable: commits each micro-batch to Delta, then to Kafka, in the order
+    stated in the module docstring. A refused batch (another member owns a partition) calls
+    ``refused`` and re-raises, so the query stops with nothing written and nothing committed."""
+
     def __init__(self, fmt: RecordFormat, transform: str | None, targets: TableTargets,
                  offset_log: CheckpointOffsetLog,
                  commit_kafka: Callable[[Mapping[TopicPartition, int], str], bool],
                  report: Callable[[BatchReport], None],
-                 refused: Callable[[int, FencedWriterError], None]):
+                 refused: Callable[[int, FencedWriterError], None],
+                 hooks: BatchHooks = NO_HOOKS):
         self.fmt, self.transform, self.targets = fmt, transform, targets
         self.offset_log, self.commit_kafka, self.report = offset_log, commit_kafka, report
-        self.refused = refused
+        self.refused, self.hooks = refused, hooks
 
     def __call__(self, batch_df, batch_id: int) -> None:
         started = time.monotonic()
         ranges = self.offset_log.ranges(batch_id)
         good, dead = self._collect(batch_df)
-        _fault_hold_before_commit()
+        self.hooks.before_commit(batch_id, ranges)
         commit_started = time.monotonic()
         try:
             self.targets.dead_table.commit(dead, ranges, self.targets.dead_epochs)
@@ -72,6 +91,7 @@ class BatchWriter:
             self.refused(batch_id, refused)
             raise
         commit_s = time.monotonic() - commit_started
+        self.hooks.after_delta_commit(batch_id, ranges)
         committed = self._commit_kafka(ranges, result)
         self.report(BatchReport(batch_id, ranges, result.rows_written, result.rows_skipped,
                                 dead.num_rows, result.table_version,
@@ -93,19 +113,6 @@ class BatchWriter:
             return True
         metadata = f"delta:{result.table_version}" if result.table_version is not None else "delta:replay"
         return self.commit_kafka(offsets, metadata)
-
-
-def _fault_hold_before_commit(max_wait_s: float = 300.0) -> None:
-    """Fault injection for the end-to-end tests (never set in production): while the file named
-    by ``SCG_FAULT_HOLD_BEFORE_COMMIT`` exists, a collected batch waits before its Delta commit,
-    after creating ``<file>.waiting`` so the test knows a batch is in flight."""
-    hold = os.environ.get("SCG_FAULT_HOLD_BEFORE_COMMIT")
-    if not hold or not Path(hold).exists():
-        return
-    Path(hold + ".waiting").touch()
-    deadline = time.monotonic() + max_wait_s
-    while Path(hold).exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 def apply_transform(rows, transform: str | None):

@@ -8,13 +8,14 @@ transform that does not analyse fails at start-up, not in the first batch.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from groupmgr.core import ExitCategory, ScgError
 
 from pipelines.runtime.batch_writer import apply_transform
+from pipelines.runtime.pipeline_spec import PipelineSpec
 from pipelines.runtime.records import RecordFormat, classify, dead_letters, good_rows
 from sinks.txn_table import TxnDeltaTable
 
@@ -38,14 +39,20 @@ class TransformShapeError(ScgError, ValueError):
 
 @dataclass(frozen=True)
 class PipelineTables:
+    """Everything a member's queries need that does not change while it runs: the record format,
+    both tables, Spark source options and trigger. Immutable; ``source_options`` hold revealed
+    secrets and are left out of ``repr``."""
+
     record_format: RecordFormat
     table: TxnDeltaTable
     dead_table: TxnDeltaTable
-    source_options: Mapping[str, str]
-    trigger: Mapping
+    source_options: Mapping[str, str] = field(repr=False)
+    trigger: Mapping = field(default_factory=dict)
 
 
-def open_tables(config, spark) -> PipelineTables:
+def open_tables(config: PipelineSpec, spark) -> PipelineTables:
+    """Build the tables and options of ``config``; raises TransformShapeError at start-up when
+    the transform drops a coordinate column."""
     fmt = RecordFormat(config.format.type, config.format.schema_ddl(), config.format.max_value_bytes)
     empty = spark.createDataFrame([], KAFKA_ROW_DDL)
     classified = classify(empty, fmt)

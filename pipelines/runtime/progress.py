@@ -10,6 +10,8 @@ from pipelines.runtime.batch_writer import BatchReport
 
 
 class ProgressPrinter:
+    """Prints a member's progress lines (assignments, one line per batch with lag); thread safe."""
+
     def __init__(self, out):
         self.out, self._lock = out, threading.Lock()
         self.batches = 0

@@ -4,7 +4,7 @@ Output rows keep the Kafka coordinates ``topic, partition, offset, timestamp, ke
 as UTF-8 text, null when the record has no key) next to the parsed fields, so every row can be
 audited back to its record.
 
-Dead-letter rule (DESIGN invariant 6; a bad record is never dropped silently), first match wins:
+Dead-letter rule (docs/DESIGN.md invariant 6; a bad record is never dropped silently), first match wins:
 
 * ``null_value`` — the record has no value (a tombstone). Tombstones carry no data for an
   append-only table, so they are recorded as dead letters rather than silently skipped.
@@ -27,6 +27,9 @@ CORRUPT = "_corrupt_record"
 
 @dataclass(frozen=True)
 class RecordFormat:
+    """How a pipeline decodes record values: the kind, the JSON schema as Spark DDL, the size
+    limit."""
+
     kind: str                         # "json" | "raw"
     schema_ddl: str | None            # Spark DDL for json, None for raw
     max_value_bytes: int              # longer values are dead letters (format.max_value_bytes)

@@ -1,6 +1,6 @@
 """One pipeline member: group membership drives the Spark query over the owned partitions.
 
-Lifecycle (DESIGN data flow):
+Lifecycle (docs/DESIGN.md, data flow):
 
 * ``on_assigned(generation, partitions)`` — claim the partitions in the output and dead-letter
   tables (bumping their owner epochs, which fences any previous writer), choose start offsets
@@ -11,6 +11,7 @@ Lifecycle (DESIGN data flow):
 
 The member's thread calls the listener methods; the main thread (:meth:`PipelineRunner.run`)
 watches the member and the query and prints progress. ``_lock`` serialises query changes.
+Offsets are next-offset-to-read everywhere (docs/DESIGN.md, invariant 2).
 """
 from __future__ import annotations
 
@@ -19,14 +20,17 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from groupmgr.core import TopicPartition
+from groupmgr.core import ScgError, TopicPartition
+from groupmgr.generation import Generation
+from groupmgr.member import GroupMember, MemberConfig
 from pipelines.runtime import streaming_query as queries
-from pipelines.runtime.batch_writer import BatchWriter, TableTargets
+from pipelines.runtime.batch_writer import NO_HOOKS, BatchHooks, BatchReport, BatchWriter, TableTargets
 from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
-from pipelines.runtime.progress import ProgressPrinter
-from pipelines.runtime.start_offsets import choose_start_offsets
-from pipelines.runtime.watermarks import Watermarks
+from pipelines.runtime.pipeline_spec import PipelineSpec
 from pipelines.runtime.pipeline_tables import open_tables
+from pipelines.runtime.progress import ProgressPrinter
+from pipelines.runtime.start_offsets import StartDecision, choose_start_offsets
+from pipelines.runtime.watermarks import Watermarks
 
 log = logging.getLogger("scg.runner")
 POLL_S = 0.5
@@ -35,10 +39,27 @@ RESTART_WINDOW_S = 600.0
 RESTART_BACKOFF_S = 2.0  # times the number of recent failures, at most 10 s
 
 
+class QueryFailedRepeatedly(ScgError):
+    """The member's query kept failing after restarts from the table's offsets."""
+
+    condition = "QUERY_FAILED_REPEATEDLY"
+
+
+MemberFactory = Callable[[PipelineSpec, "PipelineRunner"], GroupMember]
+
+
 class PipelineRunner:
-    def __init__(self, config, spark, member_factory: Callable | None = None,
-                 out: Callable[[str], None] = print):
-        self.config, self.spark = config, spark
+    """One member of a pipeline's group and the Spark query over exactly its partitions.
+
+    Guarantees: a query runs only over partitions this member was assigned and has claimed in both
+    tables (claim before reading start offsets); it is stopped before the member rejoins; each
+    batch is committed to Delta before its offsets are committed to Kafka. The listener methods run
+    on the member's thread, :meth:`run` on the caller's; both take ``_lock`` to change the query.
+    """
+
+    def __init__(self, config: PipelineSpec, spark, member_factory: MemberFactory | None = None,
+                 out: Callable[[str], None] = print, hooks: BatchHooks = NO_HOOKS):
+        self.config, self.spark, self.hooks = config, spark, hooks
         self.progress = ProgressPrinter(out)
         self.tables = open_tables(config, spark)
         self.watermarks = Watermarks(config.kafka.confluent_config())
@@ -47,11 +68,12 @@ class PipelineRunner:
         self._query = None
         self._checkpoint = None
         self._owned: tuple[TopicPartition, ...] = ()
-        self._generation = None
+        self._generation: Generation | None = None
+        self._refused_batch: int | None = None   # set when the table refused a batch of this query
         self._failures: list[float] = []
 
     # -- RebalanceListener ------------------------------------------------------------------------
-    def on_assigned(self, generation, partitions) -> None:
+    def on_assigned(self, generation: Generation, partitions) -> None:
         with self._lock:
             self._stop_query()
             self._generation, self._owned = generation, tuple(sorted(partitions))
@@ -99,10 +121,11 @@ class PipelineRunner:
             if query is None or query.isActive:
                 return "idle" if query is None else "active"
             error = query.exception()
+            refused = self._refused_batch is not None
             self._stop_query()
             if error is None:
                 return "finished"
-            if "FencedWriterError" in str(error) or "FENCED_WRITER" in str(error):
+            if refused:
                 self.progress.note("query stopped after a refused batch; waiting for the group to rebalance")
                 return "fenced"
             generation = self._generation
@@ -116,8 +139,8 @@ class PipelineRunner:
         now = time.monotonic()
         self._failures = [t for t in self._failures if now - t < RESTART_WINDOW_S] + [now]
         if len(self._failures) > MAX_RESTARTS:
-            raise RuntimeError(f"query failed {len(self._failures)} times within "
-                               f"{RESTART_WINDOW_S:.0f}s; last error: {_first_line(error)}") from None
+            raise QueryFailedRepeatedly(f"query failed {len(self._failures)} times within "
+                                        f"{RESTART_WINDOW_S:.0f}s; last error: {_first_line(error)}") from None
         self.progress.note(f"query failed ({_first_line(error)[:300]}); restarting from the table's "
                            f"offsets ({len(self._failures)}/{MAX_RESTARTS})")
         time.sleep(min(RESTART_BACKOFF_S * len(self._failures), 10.0))  # outside the lock: rebalances go on
@@ -135,14 +158,15 @@ class PipelineRunner:
         self.progress.starting(starts)
         offsets = {tp: d.offset for tp, d in starts.items()}
         self._checkpoint = queries.new_checkpoint(self.config.checkpoint_root, _label(self._generation))
+        self._refused_batch = None
         writer = BatchWriter(self.tables.record_format, self.config.transform, targets,
                              CheckpointOffsetLog(self._checkpoint, offsets),
-                             self._commit_kafka, self._on_batch, self.progress.refused)
+                             self._commit_kafka, self._on_batch, self._on_refused, self.hooks)
         self._query = queries.start_query(self.spark, self.tables.source_options, offsets, writer,
                                           self._checkpoint, self.tables.trigger,
                                           f"{self.config.name}-{_label(self._generation)}")
 
-    def _start_offsets(self, partitions):
+    def _start_offsets(self, partitions: tuple[TopicPartition, ...]) -> dict[TopicPartition, StartDecision]:
         delta = self.tables.table.recorded_offsets(partitions)
         committed = {tp: getattr(om, "offset", om)
                      for tp, om in self.member.committed(partitions).items()}
@@ -161,7 +185,12 @@ class PipelineRunner:
             queries.remove_checkpoint(self._checkpoint)
             self._checkpoint = None
 
-    def _on_batch(self, report) -> None:
+    def _on_refused(self, batch_id: int, error: Exception) -> None:
+        """Called by the batch writer (query thread) when the table refused a batch."""
+        self._refused_batch = batch_id
+        self.progress.refused(batch_id, error)
+
+    def _on_batch(self, report: BatchReport) -> None:
         """Report the batch with the lag of its partitions (log end - next offset to read)."""
         try:
             latest = self.watermarks.latest(r.tp for r in report.ranges)
@@ -180,18 +209,14 @@ class PipelineRunner:
             return False
 
 
-def group_member_factory(config, listener, **overrides):
+def group_member_factory(config: PipelineSpec, listener: PipelineRunner, **overrides) -> GroupMember:
     """The real consumer-group member for ``config`` (groupmgr); ``overrides`` set other
     MemberConfig fields (e.g. metadata_max_age_ms)."""
-    from groupmgr.member import GroupMember
-
     return GroupMember(member_config_for(config, **overrides), listener)
 
 
-def member_config_for(config, **overrides):
+def member_config_for(config: PipelineSpec, **overrides) -> MemberConfig:
     """The MemberConfig of ``config``'s group; ``overrides`` replace any of its fields."""
-    from groupmgr.member import MemberConfig
-
     group = config.group
     settings = dict(
         bootstrap_servers=config.kafka.bootstrap_string, group_id=group.id,
@@ -203,7 +228,7 @@ def member_config_for(config, **overrides):
     return MemberConfig(**{**settings, **overrides})
 
 
-def resolve_topics(config, timeout_s: float = 30.0) -> tuple[str, ...]:
+def resolve_topics(config: PipelineSpec, timeout_s: float = 30.0) -> tuple[str, ...]:
     """The configured topics, or the existing topics matching ``topic_pattern`` now, by the same
     rule the running member applies (it re-matches every ``metadata_max_age``); for one-off views
     like describe."""
@@ -225,7 +250,7 @@ def _without(mapping, *keys) -> dict:
     return {k: v for k, v in mapping.items() if k not in keys}
 
 
-def _label(generation) -> str:
+def _label(generation: Generation | None) -> str:
     gen_id = getattr(generation, "generation_id", generation)
     return f"gen-{gen_id}-{int(time.time() * 1000)}"
 

@@ -1,6 +1,6 @@
 """Where a newly assigned partition starts reading.
 
-Precedence (DESIGN data flow): the Delta table's recorded version (the next offset the table
+Precedence (docs/DESIGN.md, data flow): the Delta table's recorded version (the next offset the table
 needs) > the group's committed Kafka offset > the starting policy (earliest | latest | error).
 All offsets follow Kafka's next-offset-to-read convention.
 """
@@ -26,6 +26,8 @@ class NoStartingOffsetError(ScgError):
 
 @dataclass(frozen=True)
 class StartDecision:
+    """Where one partition starts (next offset to read) and which source decided it."""
+
     offset: int
     origin: str   # "delta" | "kafka" | "earliest" | "latest"
 

@@ -28,15 +28,18 @@ def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 0.2):
 
 
 class MemberProcess:
-    """One `python -m pipelines.cli run FILE` process with its output collected line by line."""
+    """One `python -m pipelines.cli run FILE` process with its output collected line by line;
+    ``command`` replaces the module and arguments (e.g. a member with test hooks)."""
 
-    def __init__(self, name: str, pipeline: Path, log_dir: Path, env: dict | None = None):
+    def __init__(self, name: str, pipeline: Path, log_dir: Path, env: dict | None = None,
+                 command: list[str] | None = None):
         self.name = name
         self.lines: list[str] = []
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "w")
+        args = command or ["-m", "pipelines.cli", "run", str(pipeline)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "pipelines.cli", "run", str(pipeline)], cwd=PROJECT_ROOT,
+            [sys.executable, "-u", *args], cwd=PROJECT_ROOT,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, **(env or {})}, start_new_session=True)
         threading.Thread(target=self._pump, daemon=True).start()

@@ -1,6 +1,6 @@
 """Exactly once across rebalances, crashes and stale writers: members are separate `scg run`
 processes in one consumer group; the check reads the Delta table through delta-spark
-(DESIGN invariants 1, 3, 4, 5)."""
+(docs/DESIGN.md invariants 1, 3, 4, 5)."""
 from __future__ import annotations
 
 import signal
@@ -71,7 +71,8 @@ def test_stale_writer_is_refused_and_rejoins(bootstrap, spark, pipeline, tmp_pat
     path, config = pipeline
     hold = tmp_path / "hold"
     producer = SteadyProducer(bootstrap, config.topics[0]).start()
-    a = MemberProcess("a", path, tmp_path, env={"SCG_FAULT_HOLD_BEFORE_COMMIT": str(hold)})
+    a = MemberProcess("a", path, tmp_path, command=["-m", "tests.support.member_with_hooks", str(path),
+                                                    "--hold", str(hold)])
     b = MemberProcess("b", path, tmp_path)
     wait_until(lambda: _all_owned_once([a, b]) and a.count(r"batch \d+"), 240, "a and b writing")
     hold.touch()

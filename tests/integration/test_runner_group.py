@@ -1,5 +1,5 @@
 """The runner with a real group member: several topics in one pipeline, partitions added to a
-topic and a new topic matching ``topic_pattern`` picked up by the next rebalance (DESIGN
+topic and a new topic matching ``topic_pattern`` picked up by the next rebalance (docs/DESIGN.md
 invariants 1 and 5)."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`spark-submit pipelines/cli/submit.py FILE` — the README's cluster path — on local[2] and on a
-standalone master + worker, with the group member inside the driver (DESIGN invariant 5)."""
+standalone master + worker, with the group member inside the driver (docs/DESIGN.md invariant 5)."""
 from __future__ import annotations
 
 import os

@@ -1,5 +1,5 @@
 """The exactly-once Delta table (sinks.txn_table) on real Delta tables, read back with deltalake
-and delta-spark. Each test names the DESIGN invariant it guards."""
+and delta-spark. Each test names the docs/DESIGN.md invariant it guards."""
 from __future__ import annotations
 
 import threading

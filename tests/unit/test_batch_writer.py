@@ -1,4 +1,4 @@
-"""Commit order of one micro-batch (DESIGN invariants 3, 4, 6): dead letters, then the output
+"""Commit order of one micro-batch (docs/DESIGN.md invariants 3, 4, 6): dead letters, then the output
 table, then Kafka offsets — and no Kafka commit when the table refuses the batch."""
 import pyarrow as pa
 import pytest

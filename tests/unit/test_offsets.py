@@ -1,5 +1,5 @@
 """Offset values, Spark JSON, and the planned ranges read from a checkpoint's offset log
-(DESIGN invariants 2 and 3: next-offset convention; ranges are what Spark planned, not the rows)."""
+(docs/DESIGN.md invariants 2 and 3: next-offset convention; ranges are what Spark planned, not the rows)."""
 from groupmgr.core import TopicPartition
 from groupmgr.core import OffsetRange, ranges_between
 from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
