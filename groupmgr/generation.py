@@ -6,7 +6,7 @@ Mirrors Kafka ``AbstractCoordinator.Generation`` (frozen, with a ``NO_GENERATION
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION_ID = -1
@@ -34,10 +34,6 @@ class Generation:
     def is_valid(self) -> bool:
         """True for a real generation (id >= 0 with a member id)."""
         return self.generation_id >= 0 and self.member_id != UNKNOWN_MEMBER_ID
-
-    def without_generation(self) -> "Generation":
-        """Keep the member id, drop the generation (after ILLEGAL_GENERATION / REBALANCE)."""
-        return replace(self, generation_id=NO_GENERATION_ID, protocol_name=None)
 
 
 NO_GENERATION = Generation(NO_GENERATION_ID, UNKNOWN_MEMBER_ID, None)

@@ -4,13 +4,11 @@
 callable returning monotonic seconds), so tests drive it with a fake clock. Every method takes an
 optional ``now``; when omitted the injected clock is read once.
 
-Three timers:
+Two timers:
 
 * heartbeat timer - when the next heartbeat is due (interval after a send, exponential backoff
   capped at the interval after failures);
-* session timer   - expires when no heartbeat succeeded for ``session_timeout_ms``;
-* poll timer      - expires when the application did not call :meth:`poll` for ``poll_timeout_ms``
-  (the rebalance timeout in Kafka's classic protocol).
+* session timer   - expires when no heartbeat succeeded for ``session_timeout_ms``.
 
 Not thread-safe: the owner (the member) guards it with its own lock or uses it from one thread.
 """
@@ -23,18 +21,17 @@ Clock = Callable[[], float]
 
 
 class HeartbeatTimer:
-    """Deadlines for heartbeats, session expiry and poll expiry, in seconds of the injected clock."""
+    """Deadlines for heartbeats and session expiry, in seconds of the injected clock."""
 
-    def __init__(self, session_timeout_ms: int, heartbeat_interval_ms: int, poll_timeout_ms: int,
+    def __init__(self, session_timeout_ms: int, heartbeat_interval_ms: int,
                  retry_backoff_ms: int = 100, clock: Clock = time.monotonic) -> None:
-        if heartbeat_interval_ms <= 0 or session_timeout_ms <= 0 or poll_timeout_ms <= 0:
-            raise ValueError("heartbeat, session and poll timeouts must be positive")
+        if heartbeat_interval_ms <= 0 or session_timeout_ms <= 0:
+            raise ValueError("heartbeat interval and session timeout must be positive")
         if heartbeat_interval_ms >= session_timeout_ms:
             raise ValueError(f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be lower than "
                              f"session_timeout_ms ({session_timeout_ms})")
         self.session_timeout_s = session_timeout_ms / 1000
         self.interval_s = heartbeat_interval_ms / 1000
-        self.poll_timeout_s = poll_timeout_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
         self._clock = clock
         self.in_flight = False
@@ -70,17 +67,12 @@ class HeartbeatTimer:
         self.failures += 1
         self._heartbeat_due = now + min(self.interval_s, self.retry_backoff_s * 2 ** (self.failures - 1))
 
-    def poll(self, now: float | None = None) -> None:
-        """The application reached a safe point: restart the poll timer."""
-        self._poll_deadline = self._now(now) + self.poll_timeout_s
-
     def reset(self, now: float | None = None) -> None:
-        """Restart all three timers (after a successful join, or a coordinator change)."""
+        """Restart both timers (after a successful join, or a coordinator change)."""
         now = self._now(now)
         self.in_flight = False
         self._heartbeat_due = now + self.interval_s
         self._session_deadline = now + self.session_timeout_s
-        self._poll_deadline = now + self.poll_timeout_s
 
     # -- queries ---------------------------------------------------------------------------
     def should_heartbeat(self, now: float | None = None) -> bool:
@@ -94,11 +86,3 @@ class HeartbeatTimer:
     def session_expired(self, now: float | None = None) -> bool:
         """True when no heartbeat succeeded for a whole session timeout."""
         return self._now(now) >= self._session_deadline
-
-    def poll_timeout_expired(self, now: float | None = None) -> bool:
-        """True when :meth:`poll` was not called for ``poll_timeout_ms``."""
-        return self._now(now) >= self._poll_deadline
-
-    def time_to_poll_timeout(self, now: float | None = None) -> float:
-        """Seconds until the poll timer expires (0 when expired)."""
-        return max(0.0, self._poll_deadline - self._now(now))

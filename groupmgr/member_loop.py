@@ -68,7 +68,7 @@ class MemberLoop:
         self._callbacks = dispatcher
         self._clock = clock
         self._timer = HeartbeatTimer(config.session_timeout_ms, config.heartbeat_interval_ms,
-                                     config.rebalance_timeout_ms, config.retry_backoff_ms, clock)
+                                     config.retry_backoff_ms, clock)
         self._next_metadata_check = 0.0
         self._join_failures = 0
 

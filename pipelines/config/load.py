@@ -29,7 +29,7 @@ def main_validate(path: str | Path, show: bool = False) -> int:
     try:
         config = load_pipeline(path)
     except ConfigError as exc:
-        print(str(exc), file=sys.stderr)
+        print(exc.headline(), file=sys.stderr)
         return 2
     print(f"OK {config.summary()}")
     if show:

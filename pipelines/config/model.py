@@ -80,10 +80,6 @@ class SecurityConfig:
     def uses_sasl(self) -> bool:
         return self.protocol.startswith("SASL_")
 
-    @property
-    def uses_ssl(self) -> bool:
-        return self.protocol.endswith("SSL")
-
 
 @dataclass(frozen=True)
 class KafkaConfig(_PicklableMappings):
@@ -287,8 +283,6 @@ class PipelineConfig(_PicklableMappings):
     def describe(self) -> dict[str, Any]:
         """The whole config as plain data (JSON-able), every secret replaced by ``"***"``."""
         return _display(self)
-
-    to_display_dict = describe
 
     def summary(self) -> str:
         """One line for ``scg validate``: name, topics, group, security, sink (no secrets)."""

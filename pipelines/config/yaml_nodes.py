@@ -75,6 +75,10 @@ class ConfigError(ScgError):
     def __str__(self) -> str:
         return f"{self.file}:{self.line}: {self.field_path or '(document)'}: {self.detail}"
 
+    def headline(self) -> str:
+        """``<file>:<line>: <field.path>: [CONDITION] <detail>`` (editors jump to the line)."""
+        return f"{self.file}:{self.line}: {self.field_path or '(document)'}: [{self.condition}] {self.detail}"
+
     def __reduce__(self) -> tuple[Any, ...]:  # keep condition and params across processes
         return (_rebuild_error, (self.file, self.line, self.field_path, self.condition.value,
                                  self.detail, self.params))

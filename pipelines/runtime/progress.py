@@ -14,9 +14,6 @@ class ProgressPrinter:
 
     def __init__(self, out):
         self.out, self._lock = out, threading.Lock()
-        self.batches = 0
-        self.rows = 0
-        self.dead = 0
 
     def _emit(self, text: str) -> None:
         with self._lock:
@@ -38,9 +35,6 @@ class ProgressPrinter:
         self._emit(f"starting query from {parts}")
 
     def batch(self, report: BatchReport, lag=None) -> None:
-        self.batches += 1
-        self.rows += report.rows_written
-        self.dead += report.dead_letters
         records = sum(r.count for r in report.ranges)
         rate = records / report.duration_s if report.duration_s > 0 else 0.0
         self._emit(f"batch {report.batch_id}: {records} records ({report.rows_written} rows, "

@@ -276,7 +276,6 @@ def test_secrets_never_appear_in_repr_str_or_describe(tmp_path: Path):
     assert described["kafka"]["security"]["sasl_password"] == "***"
     assert described["kafka"]["client_config"]["sasl.oauthbearer.client.secret"] == "***"
     assert described["spark"]["spark.hadoop.fs.s3a.secret.key"] == "***"
-    assert config.to_display_dict() == described
     assert "Secret(***)" in repr(config)
 
 

@@ -132,7 +132,7 @@ def test_main_validate_prints_one_error_line_and_exits_2(capsys):
     assert code == 2
     assert out == ""
     assert err.count("\n") == 1
-    assert err.startswith(f"{CASES / 'unknown_key_group.yaml'}:8: group.assignr: ")
+    assert err.startswith(f"{CASES / 'unknown_key_group.yaml'}:8: group.assignr: [UNKNOWN_KEY] ")
 
 
 def test_config_error_survives_pickling():

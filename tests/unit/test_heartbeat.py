@@ -24,8 +24,8 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def timer(clock) -> HeartbeatTimer:
-    return HeartbeatTimer(session_timeout_ms=3000, heartbeat_interval_ms=1000, poll_timeout_ms=10000,
-                          retry_backoff_ms=100, clock=clock)
+    return HeartbeatTimer(session_timeout_ms=3000, heartbeat_interval_ms=1000, retry_backoff_ms=100,
+                          clock=clock)
 
 
 def test_first_heartbeat_due_one_interval_after_reset(timer, clock):
@@ -83,21 +83,11 @@ def test_failed_heartbeats_do_not_extend_session(timer, clock):
     assert timer.session_expired()
 
 
-def test_poll_timer(timer, clock):
-    clock.advance(9.0)
-    timer.poll()
-    clock.advance(9.9)
-    assert not timer.poll_timeout_expired()
-    assert timer.time_to_poll_timeout() == pytest.approx(0.1)
-    clock.advance(0.1)
-    assert timer.poll_timeout_expired()
-
-
 def test_reset_restarts_everything(timer, clock):
     clock.advance(20.0)
-    assert timer.session_expired() and timer.poll_timeout_expired() and timer.should_heartbeat()
+    assert timer.session_expired() and timer.should_heartbeat()
     timer.reset()
-    assert not (timer.session_expired() or timer.poll_timeout_expired() or timer.should_heartbeat())
+    assert not (timer.session_expired() or timer.should_heartbeat())
 
 
 def test_explicit_now_overrides_clock(timer, clock):
@@ -105,7 +95,7 @@ def test_explicit_now_overrides_clock(timer, clock):
     assert not timer.should_heartbeat()
 
 
-@pytest.mark.parametrize("session, interval, poll", [(1000, 1000, 5000), (1000, 0, 5000), (0, 1, 1), (1000, 100, 0)])
-def test_invalid_timeouts_rejected(session, interval, poll):
+@pytest.mark.parametrize("session, interval", [(1000, 1000), (1000, 0), (0, 1), (1000, -1)])
+def test_invalid_timeouts_rejected(session, interval):
     with pytest.raises(ValueError):
-        HeartbeatTimer(session, interval, poll)
+        HeartbeatTimer(session, interval)
