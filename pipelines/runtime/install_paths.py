@@ -12,7 +12,7 @@ from pathlib import Path
 
 from groupmgr.core import ExitCategory, ScgError
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class JarsNotInstalledError(ScgError):

@@ -170,3 +170,10 @@ def test_every_public_class_has_a_docstring():
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_") and not ast.get_docstring(node):
                 missing.append(f"{module}.{node.name}")
     assert not missing, f"public classes without a docstring: {missing}"
+
+
+def test_install_paths_find_the_project_root():
+    from pipelines.runtime.install_paths import PROJECT_ROOT, conf_dir
+
+    assert PROJECT_ROOT == ROOT and (PROJECT_ROOT / "setup.cfg").is_file()
+    assert (conf_dir() / "pipelines" / "demo.yaml").is_file()
