@@ -26,9 +26,11 @@ from groupmgr.member import GroupMember, MemberConfig
 from pipelines.runtime import streaming_query as queries
 from pipelines.runtime.batch_writer import NO_HOOKS, BatchHooks, BatchReport, BatchWriter, TableTargets
 from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
+from pipelines.runtime.hadoop_fs import HadoopFileSystem
 from pipelines.runtime.pipeline_spec import PipelineSpec
 from pipelines.runtime.pipeline_tables import open_tables
 from pipelines.runtime.progress import ProgressPrinter
+from pipelines.runtime.spark_session import prepare_session
 from pipelines.runtime.start_offsets import StartDecision, choose_start_offsets
 from pipelines.runtime.watermarks import Watermarks
 
@@ -60,7 +62,10 @@ class PipelineRunner:
     def __init__(self, config: PipelineSpec, spark, member_factory: MemberFactory | None = None,
                  out: Callable[[str], None] = print, hooks: BatchHooks = NO_HOOKS):
         self.config, self.spark, self.hooks = config, spark, hooks
+        self.fs = HadoopFileSystem(spark)
         self.progress = ProgressPrinter(out)
+        for note in prepare_session(spark):
+            self.progress.note(note)
         self.tables = open_tables(config, spark)
         self.watermarks = Watermarks(config.kafka.confluent_config())
         self.member = (member_factory or group_member_factory)(config, self)
@@ -160,7 +165,7 @@ class PipelineRunner:
         self._checkpoint = queries.new_checkpoint(self.config.checkpoint_root, _label(self._generation))
         self._refused_batch = None
         writer = BatchWriter(self.tables.record_format, self.config.transform, targets,
-                             CheckpointOffsetLog(self._checkpoint, offsets),
+                             CheckpointOffsetLog(self._checkpoint, offsets, self.fs.read_text),
                              self._commit_kafka, self._on_batch, self._on_refused, self.hooks)
         self._query = queries.start_query(self.spark, self.tables.source_options, offsets, writer,
                                           self._checkpoint, self.tables.trigger,
@@ -182,7 +187,7 @@ class PipelineRunner:
                 log.debug("stopping query: %s", exc)
             self._query = None
         if self._checkpoint is not None:
-            queries.remove_checkpoint(self._checkpoint)
+            queries.remove_checkpoint(self.fs, self._checkpoint)
             self._checkpoint = None
 
     def _on_refused(self, batch_id: int, error: Exception) -> None:

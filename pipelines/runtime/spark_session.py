@@ -9,7 +9,23 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from groupmgr.core import ExitCategory, ScgError
 from pipelines.runtime.install_paths import conf_dir, jar_files
+
+# Session settings the runner relies on, applied to any session, also one spark-submit created:
+# a bounded query stop (a rebalance waits for it) and UTC timestamps (the tables' schemas are UTC).
+RUNTIME_SETTINGS = {
+    "spark.sql.streaming.stopTimeout": "60s",
+    "spark.sql.session.timeZone": "UTC",
+}
+KAFKA_SOURCE_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+
+
+class SparkSessionNotReady(ScgError):
+    """The Spark session lacks something the member needs (named in the message)."""
+
+    condition = "SPARK_SESSION_NOT_READY"
+    exit_category = ExitCategory.ENVIRONMENT
 
 DELTA_SETTINGS = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -21,11 +37,10 @@ LOCAL_DEFAULTS = {
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.sql.streaming.stopTimeout": "60s",
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
-    "spark.sql.session.timeZone": "UTC",
+    **RUNTIME_SETTINGS,
 }
 
 
@@ -60,3 +75,38 @@ def get_or_create_spark(app_name: str, settings: Mapping[str, str] | None = None
 def _running_under_spark_submit() -> bool:
     """spark-submit starts the Python driver with the gateway of its own JVM."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def prepare_session(spark) -> list[str]:
+    """Make any session fit to run a member, however it was created (here or by spark-submit).
+
+    Applies :data:`RUNTIME_SETTINGS` (runtime SQL settings, so they take effect on an existing
+    session) and checks that Spark's Kafka source is on the classpath, raising
+    :class:`SparkSessionNotReady` naming what is missing. Returns notes for the progress lines:
+    each setting that had another value and was changed, and Delta's SQL extension when absent
+    (the member writes through deltalake and does not need it; reading the table with Spark SQL
+    does)."""
+    notes = []
+    for key, value in RUNTIME_SETTINGS.items():
+        current = spark.conf.get(key, None)
+        if current != value:
+            spark.conf.set(key, value)
+            if current is not None:
+                notes.append(f"{key} was {current}, set to {value}")
+    if not _has_class(spark, KAFKA_SOURCE_CLASS):
+        raise SparkSessionNotReady(
+            f"Spark's Kafka source ({KAFKA_SOURCE_CLASS}) is not on the classpath; add "
+            "spark-sql-kafka-0-10 with --packages or --jars (see README, Running with spark-submit)")
+    extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    if "DeltaSparkSessionExtension" not in extensions:
+        notes.append("spark.sql.extensions has no io.delta.sql.DeltaSparkSessionExtension: the member "
+                     "writes without it, but Spark SQL cannot read the tables in this session")
+    return notes
+
+
+def _has_class(spark, name: str) -> bool:
+    try:
+        spark.sparkContext._jvm.org.apache.spark.util.Utils.classForName(name, True, False)
+        return True
+    except Exception:  # noqa: BLE001 - py4j wraps ClassNotFoundException
+        return False

@@ -7,21 +7,21 @@ checkpoint only has to live as long as its query.
 """
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections.abc import Mapping
-from pathlib import Path
 
 from groupmgr.core import TopicPartition
+from pipelines.runtime.hadoop_fs import HadoopFileSystem, join
 from pipelines.runtime.spark_offsets import assign_json, to_spark_json
 
 
-def new_checkpoint(root: Path, label: str) -> Path:
-    return Path(root) / label / uuid.uuid4().hex[:12]
+def new_checkpoint(root: str, label: str) -> str:
+    """A fresh checkpoint location under ``root`` (any Hadoop path or URI)."""
+    return join(root, label, uuid.uuid4().hex[:12])
 
 
 def start_query(spark, source_options: Mapping[str, str], starts: Mapping[TopicPartition, int],
-                writer, checkpoint: Path, trigger: Mapping, name: str):
+                writer, checkpoint: str, trigger: Mapping, name: str):
     """Start and return the StreamingQuery over ``starts``' partitions from those offsets.
 
     ``source_options`` are the Kafka source options (``kafka.*``, rate limits, failOnDataLoss);
@@ -36,5 +36,9 @@ def start_query(spark, source_options: Mapping[str, str], starts: Mapping[TopicP
             .start())
 
 
-def remove_checkpoint(checkpoint: Path) -> None:
-    shutil.rmtree(checkpoint, ignore_errors=True)
+def remove_checkpoint(fs: HadoopFileSystem, checkpoint: str) -> None:
+    """Delete a stopped query's checkpoint (best effort: a leftover is only wasted space)."""
+    try:
+        fs.delete(checkpoint)
+    except Exception:  # noqa: BLE001 - the table holds the offsets; nothing depends on this
+        pass

@@ -1,8 +1,11 @@
 """Offset values, Spark JSON, and the planned ranges read from a checkpoint's offset log
 (docs/DESIGN.md invariants 2 and 3: next-offset convention; ranges are what Spark planned, not the rows)."""
 from groupmgr.core import TopicPartition
+import pytest
+
 from groupmgr.core import OffsetRange, ranges_between
 from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
+from pipelines.runtime.hadoop_fs import join
 from pipelines.runtime.spark_offsets import assign_json, from_spark_json, to_spark_json
 
 T0, T1, U0 = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)
@@ -22,15 +25,26 @@ def test_ranges_use_next_offset_convention():
     assert [r.count for r in ranges] == [5, 0, 0]
 
 
-def _write_offsets(checkpoint, batch_id, offsets):
-    directory = checkpoint / "offsets"
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / str(batch_id)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{to_spark_json(offsets)}\n')
+def _offsets_file(offsets):
+    return f'v1\n{{"batchWatermarkMs":0}}\n{to_spark_json(offsets)}\n'
 
 
-def test_checkpoint_log_gives_planned_ranges_per_batch(tmp_path):
-    _write_offsets(tmp_path, 0, {T0: 100, T1: 40})
-    _write_offsets(tmp_path, 1, {T0: 130, T1: 40})
-    log = CheckpointOffsetLog(tmp_path, {T0: 90, T1: 40})
+def test_checkpoint_log_gives_planned_ranges_per_batch():
+    files = {"s3a://bucket/ckpt/gen-1/offsets/0": _offsets_file({T0: 100, T1: 40}),
+             "s3a://bucket/ckpt/gen-1/offsets/1": _offsets_file({T0: 130, T1: 40})}
+    log = CheckpointOffsetLog("s3a://bucket/ckpt/gen-1/", {T0: 90, T1: 40}, files.__getitem__)
     assert log.ranges(0) == (OffsetRange("t", 0, 90, 100), OffsetRange("t", 1, 40, 40))
     assert log.ranges(1) == (OffsetRange("t", 0, 100, 130), OffsetRange("t", 1, 40, 40))
+
+
+@pytest.mark.parametrize("root, parts, expected", [
+    ("s3a://bucket/root", ("gen-1", "abc"), "s3a://bucket/root/gen-1/abc"),
+    ("s3a://bucket/root/", ("/gen-1/",), "s3a://bucket/root/gen-1"),
+    ("hdfs://nn:8020/x", ("y",), "hdfs://nn:8020/x/y"),
+    ("file:///tmp/x", ("y",), "file:///tmp/x/y"),
+    ("/tmp/x", ("y", "z"), "/tmp/x/y/z"),
+    ("relative/dir", ("y",), "relative/dir/y"),
+    ("/", ("y",), "/y"),
+])
+def test_join_keeps_uri_schemes(root, parts, expected):
+    assert join(root, *parts) == expected
