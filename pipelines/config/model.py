@@ -186,12 +186,19 @@ class GroupConfig:
     metadata_max_age_ms: int = 30_000  # how often topic_pattern is re-matched and partition counts re-read
 
 
+# Records per micro-batch when source.max_offsets_per_trigger is not set. Without a bound the first
+# batch over a backlog is the whole backlog. Executors stream each task's records to Parquet, so the
+# bound is about batch duration and retry cost more than memory: 500,000 records of 1 KB is ~500 MB
+# per batch, split across the batch's Kafka partitions (one Spark task each).
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 500_000
+
+
 @dataclass(frozen=True)
 class SourceConfig:
     """Where to start without stored offsets, and Spark's admission control."""
 
     starting_offsets: str = "earliest"  # earliest | latest | error
-    max_offsets_per_trigger: int | None = None
+    max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int | None = None  # set (default 15m) only with min_offsets_per_trigger
     fail_on_data_loss: bool = True
@@ -199,8 +206,7 @@ class SourceConfig:
     def spark_options(self) -> dict[str, str]:
         """Rate-limit options for Spark's Kafka source (not startingOffsets: the runner computes those)."""
         opts = {"failOnDataLoss": str(self.fail_on_data_loss).lower()}
-        if self.max_offsets_per_trigger is not None:
-            opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
+        opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
         if self.min_offsets_per_trigger is not None:
             opts["minOffsetsPerTrigger"] = str(self.min_offsets_per_trigger)
         if self.max_trigger_delay_ms is not None:

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from groupmgr.assignors.assignor_errors import AssignorError, UnknownAssignorError
-from pipelines.config.model import (KAFKA_COORDINATE_COLUMNS, FormatConfig, GroupConfig, KafkaConfig,
-                              PipelineConfig, SecurityConfig, SinkConfig, SourceConfig, TriggerConfig)
+from pipelines.config.model import (DEFAULT_MAX_OFFSETS_PER_TRIGGER, KAFKA_COORDINATE_COLUMNS, FormatConfig,
+                                    GroupConfig, KafkaConfig, PipelineConfig, SecurityConfig, SinkConfig,
+                                    SourceConfig, TriggerConfig)
 from pipelines.config.fields import (AssignorLookup, Ctx, Section, as_bool, as_duration_ms, as_enum,
                                      as_env_str, as_list, as_location, as_positive_int, as_str,
                                      default_assignor_lookup, read_secret, settings_map, suggest,
@@ -270,6 +271,9 @@ def _source(ctx: Ctx, sec: Section) -> SourceConfig:
     _check_limits(ctx, sec, limits, delay)
     if delay is None and limits["min_offsets_per_trigger"] is not None:
         delay = 15 * 60_000  # Spark's default, made explicit
+    if limits["max_offsets_per_trigger"] is None:  # the default bound, raised to a larger minimum
+        limits["max_offsets_per_trigger"] = max(DEFAULT_MAX_OFFSETS_PER_TRIGGER,
+                                                limits["min_offsets_per_trigger"] or 0)
     fail_on_loss = as_bool(ctx, get("fail_on_data_loss"), sec.sub("fail_on_data_loss")) \
         if get("fail_on_data_loss") is not None else True
     return SourceConfig(starting_offsets=starting, max_trigger_delay_ms=delay,

@@ -62,12 +62,19 @@ def test_minimal_config_gets_documented_defaults(tmp_path: Path):
     assert config.group.assignors == ("range",) and config.group.instance_id is None
     assert (config.group.session_timeout_ms, config.group.heartbeat_interval_ms,
             config.group.rebalance_timeout_ms) == (10_000, 1_000, 60_000)
-    assert config.source == type(config.source)(starting_offsets="earliest", fail_on_data_loss=True)
+    assert config.source == type(config.source)(starting_offsets="earliest", fail_on_data_loss=True,
+                                                max_offsets_per_trigger=500_000)
+    assert config.source.spark_options()["maxOffsetsPerTrigger"] == "500000"
     assert config.trigger.processing_time_ms == 2_000 and not config.trigger.available_now
     assert config.kafka.security.protocol == "PLAINTEXT"
     assert config.format.type == "json"
     assert config.transform is None and dict(config.spark) == {}
     assert config.source_file == (tmp_path / "pipeline.yaml").resolve()
+
+
+def test_a_minimum_batch_above_the_default_bound_raises_the_bound(tmp_path: Path):
+    config = load(tmp_path, source={"min_offsets_per_trigger": 800_000})
+    assert config.source.max_offsets_per_trigger == 800_000
 
 
 def test_relative_paths_resolve_against_the_yaml_directory(tmp_path: Path):
