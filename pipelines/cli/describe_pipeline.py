@@ -47,7 +47,8 @@ def _describe_pipeline(path: str, as_json: bool) -> int:
     client = {k: v for k, v in config.kafka.confluent_config().items() if k != "bootstrap.servers"}
     desc = describe_group(config.kafka.bootstrap_string, config.group.id, client)
     partitions = _topic_partitions(config, resolve_topics(config))
-    delta = read_recorded_offsets(config.sink.path, config.name, partitions)
+    delta = read_recorded_offsets(config.sink.path, config.name, partitions,
+                                  config.storage.delta_storage_options())
     _, log_end = watermarks(config.kafka.confluent_config(), partitions)
     group = {(p.topic, p.partition): p for p in desc.partitions}
     rows = [_row(tp, delta.get(tp), group.get(tuple(tp)), log_end.get(tp)) for tp in partitions]

@@ -264,6 +264,72 @@ class TriggerConfig:
         return {"processingTime": f"{self.processing_time_ms} milliseconds"}
 
 
+# Storage options that would let two writers overwrite each other's Delta commit on S3. deltalake
+# 1.6 commits with put-if-absent (If-None-Match); these switch it off or ask for what it no longer has.
+UNSAFE_STORAGE_OPTIONS = {
+    "aws_conditional_put": ("disabled",),
+    "conditional_put": ("disabled",),
+    "aws_s3_allow_unsafe_rename": ("true",),
+    "aws_s3_locking_provider": None,  # any value: DynamoDB locking is gone from deltalake 1.x
+}
+
+
+@dataclass(frozen=True)
+class StorageConfig(_PicklableMappings):
+    """Object-store access, configured once for every client of the tables and checkpoints:
+    Spark's Hadoop ``fs.s3a.*`` settings and deltalake's storage options are both derived from it.
+    ``options`` are extra deltalake storage options (e.g. ``azure_*``, ``google_*``). Secrets are
+    :class:`Secret` s; only the two mapping methods reveal them."""
+
+    endpoint: str | None = None          # an S3-compatible endpoint URL; None for AWS S3
+    region: str | None = None
+    access_key_id: str | None = None     # None: the default AWS credential chain
+    secret_access_key: Secret | None = None
+    session_token: Secret | None = None
+    path_style: bool = False
+    options: Mapping[str, str | Secret] = field(default_factory=lambda: EMPTY)
+
+    @property
+    def configured(self) -> bool:
+        return any((self.endpoint, self.region, self.access_key_id, self.options))
+
+    def delta_storage_options(self) -> dict[str, str]:
+        """deltalake (object_store) options; secrets revealed. Commits stay put-if-absent."""
+        opts = _drop_none({
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_REGION": self.region,
+            "AWS_ACCESS_KEY_ID": self.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": reveal(self.secret_access_key) if self.secret_access_key else None,
+            "AWS_SESSION_TOKEN": reveal(self.session_token) if self.session_token else None,
+        })
+        if self.endpoint:
+            opts["AWS_ALLOW_HTTP"] = str(self.endpoint.startswith("http://")).lower()
+            opts["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = str(not self.path_style).lower()
+        opts.update({key: reveal(value) for key, value in self.options.items()})
+        return opts
+
+    def hadoop_settings(self) -> dict[str, str]:
+        """Hadoop settings for Spark's s3a (``s3://`` mapped to it as deltalake does); secrets revealed."""
+        if not (self.endpoint or self.region or self.access_key_id):
+            return {}
+        conf = _drop_none({
+            "fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+            "fs.s3a.endpoint": self.endpoint,
+            "fs.s3a.endpoint.region": self.region,
+            "fs.s3a.path.style.access": str(self.path_style).lower(),
+            "fs.s3a.access.key": self.access_key_id,
+            "fs.s3a.secret.key": reveal(self.secret_access_key) if self.secret_access_key else None,
+            "fs.s3a.session.token": reveal(self.session_token) if self.session_token else None,
+        })
+        if self.endpoint:
+            conf["fs.s3a.connection.ssl.enabled"] = str(self.endpoint.startswith("https://")).lower()
+        if self.access_key_id:
+            conf["fs.s3a.aws.credentials.provider"] = (
+                "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider" if self.session_token
+                else "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider")
+        return conf
+
+
 @dataclass(frozen=True)
 class PipelineConfig(_PicklableMappings):
     """One validated pipeline spec. ``spark`` values that are secrets are :class:`Secret` s."""
@@ -280,11 +346,14 @@ class PipelineConfig(_PicklableMappings):
     trigger: TriggerConfig
     checkpoint_root: str
     spark: Mapping[str, str | Secret] = field(default_factory=lambda: EMPTY)
+    storage: StorageConfig = StorageConfig()
     source_file: Path = Path(".")
 
     def spark_conf(self) -> dict[str, str]:
-        """The ``spark`` settings with secrets revealed (to configure the session)."""
-        return {key: reveal(value) for key, value in self.spark.items()}
+        """The ``spark`` settings plus the storage section's Hadoop settings (``spark.hadoop.*``),
+        secrets revealed (to configure the session)."""
+        hadoop = {f"spark.hadoop.{key}": value for key, value in self.storage.hadoop_settings().items()}
+        return {**hadoop, **{key: reveal(value) for key, value in self.spark.items()}}
 
     def describe(self) -> dict[str, Any]:
         """The whole config as plain data (JSON-able), every secret replaced by ``"***"``."""

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 from groupmgr.assignors.assignor_errors import AssignorError, UnknownAssignorError
 from pipelines.config.model import (DEFAULT_MAX_OFFSETS_PER_TRIGGER, KAFKA_COORDINATE_COLUMNS, FormatConfig,
                                     GroupConfig, KafkaConfig, PipelineConfig, SecurityConfig, SinkConfig,
-                                    SourceConfig, TriggerConfig)
+                                    SourceConfig, StorageConfig, TriggerConfig, UNSAFE_STORAGE_OPTIONS)
 from pipelines.config.fields import (AssignorLookup, Ctx, Section, as_bool, as_duration_ms, as_enum,
                                      as_env_str, as_list, as_location, as_positive_int, as_str,
                                      default_assignor_lookup, read_secret, settings_map, suggest,
@@ -38,7 +38,7 @@ _HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
 _INPUT_VIEW = re.compile(r"\binput\b", re.IGNORECASE)
 
 TOP_KEYS = ("name", "kafka", "topics", "topic_pattern", "group", "source", "format", "transform",
-            "sink", "trigger", "checkpoint_root", "spark")
+            "sink", "trigger", "checkpoint_root", "spark", "storage")
 KAFKA_KEYS = ("bootstrap_servers", "security", "client_config")
 SECURITY_KEYS = ("protocol", "sasl_mechanism", "sasl_username", "sasl_password", "sasl_password_file",
                  "ssl_ca_location", "ssl_certificate_location", "ssl_key_location",
@@ -50,6 +50,9 @@ SOURCE_KEYS = ("starting_offsets", "max_offsets_per_trigger", "min_offsets_per_t
 FORMAT_KEYS = ("type", "schema", "max_value_bytes")
 SINK_KEYS = ("path", "partition_by", "dead_letter_path")
 TRIGGER_KEYS = ("processing_time", "available_now")
+STORAGE_KEYS = ("endpoint", "region", "access_key_id", "secret_access_key", "secret_access_key_file",
+                "session_token", "session_token_file", "path_style", "options")
+_ENDPOINT = re.compile(r"https?://[^/\s:]+(:\d{1,5})?/?")
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -93,9 +96,55 @@ def validate_pipeline(root: Node | None, file: str, source_file: Path, env: Mapp
     trigger = _trigger(ctx, top.section("trigger", TRIGGER_KEYS))
     checkpoint_root = _checkpoint_root(ctx, top, sink)
     spark = settings_map(ctx, top.get("spark"), "spark")
+    storage = _storage(ctx, top.section("storage", STORAGE_KEYS))
+    _check_storage_not_in_spark(ctx, top, spark, storage)
     return PipelineConfig(name=name, kafka=kafka, topics=topics, topic_pattern=pattern, group=group,
                           source=source, format=fmt, transform=transform, sink=sink, trigger=trigger,
-                          checkpoint_root=checkpoint_root, spark=spark, source_file=source_file)
+                          checkpoint_root=checkpoint_root, spark=spark, storage=storage,
+                          source_file=source_file)
+
+
+def _storage(ctx: Ctx, sec: Section) -> StorageConfig:
+    get = sec.get
+    endpoint = as_env_str(ctx, get("endpoint"), sec.sub("endpoint")).strip() if get("endpoint") else None
+    if endpoint is not None and not _ENDPOINT.fullmatch(endpoint):
+        ctx.fail(get("endpoint").line, sec.sub("endpoint"), C.BAD_VALUE,
+                 f"{endpoint!r} is not an http(s)://host[:port] URL", value=endpoint)
+    region = as_env_str(ctx, get("region"), sec.sub("region")).strip() if get("region") else None
+    key_id = as_env_str(ctx, get("access_key_id"), sec.sub("access_key_id")).strip() \
+        if get("access_key_id") else None
+    secret = read_secret(ctx, sec, "secret_access_key", required=key_id is not None)
+    if secret is not None and key_id is None:
+        ctx.fail(*sec.line_of("secret_access_key", "secret_access_key_file"), C.CONFLICTING_FIELDS,
+                 "secret_access_key needs access_key_id", fields=("secret_access_key", "access_key_id"))
+    token = read_secret(ctx, sec, "session_token", required=False)
+    if token is not None and key_id is None:
+        ctx.fail(*sec.line_of("session_token", "session_token_file"), C.CONFLICTING_FIELDS,
+                 "session_token needs access_key_id", fields=("session_token", "access_key_id"))
+    path_style = as_bool(ctx, get("path_style"), sec.sub("path_style")) if get("path_style") is not None \
+        else endpoint is not None
+    options = settings_map(ctx, get("options"), sec.sub("options"))
+    for key, node in (get("options").items() if get("options") is not None else ()):
+        refused = UNSAFE_STORAGE_OPTIONS.get(key.lower(), ())
+        value = options[key] if isinstance(options[key], str) else ""
+        if key.lower() in UNSAFE_STORAGE_OPTIONS and (refused is None or value.lower() in refused):
+            ctx.fail(node.line, child_path(sec.sub("options"), key), C.UNSAFE_STORAGE_OPTION,
+                     f"{key}: {value or '...'} would let two members' Delta commits overwrite each "
+                     "other; remove it: deltalake commits to S3 with put-if-absent (If-None-Match), "
+                     "which AWS S3, MinIO and other S3-compatible stores support", option=key)
+    return StorageConfig(endpoint=endpoint, region=region, access_key_id=key_id, secret_access_key=secret,
+                         session_token=token, path_style=path_style, options=options)
+
+
+def _check_storage_not_in_spark(ctx: Ctx, top: Section, spark: Mapping[str, Any],
+                                storage: StorageConfig) -> None:
+    """Object-store settings live in one place: with a storage section, spark.hadoop.fs.s3a.* is refused."""
+    derived = {f"spark.hadoop.{key}" for key in storage.hadoop_settings()}
+    node = top.get("spark")
+    for key, child in (node.items() if node is not None else ()):
+        if key in derived:
+            ctx.fail(child.line, child_path("spark", key), C.CONFLICTING_FIELDS,
+                     f"{key} is derived from the storage section; set it there", fields=(key, "storage"))
 
 
 def _name(ctx: Ctx, top: Section) -> str:

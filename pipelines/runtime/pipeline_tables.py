@@ -60,10 +60,11 @@ def open_tables(config: PipelineSpec, spark) -> PipelineTables:
     missing = [c for c in COORDINATE_COLUMNS if c not in output.columns]
     if missing:
         raise TransformShapeError(missing)
+    storage = config.storage.delta_storage_options()
     table = TxnDeltaTable(config.sink.path, config.name, arrow_schema(output),
-                          config.sink.partition_by)
+                          config.sink.partition_by, storage_options=storage)
     dead = TxnDeltaTable(config.sink.dead_letter_path, config.name,
-                         arrow_schema(dead_letters(classified)))
+                         arrow_schema(dead_letters(classified)), storage_options=storage)
     options = {**config.kafka.spark_kafka_options(), **config.source.spark_options(),
                "includeHeaders": "false"}
     return PipelineTables(fmt, table, dead, options, config.trigger.spark_trigger_kwargs())

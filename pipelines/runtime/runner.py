@@ -64,7 +64,7 @@ class PipelineRunner:
         self.config, self.spark, self.hooks = config, spark, hooks
         self.fs = HadoopFileSystem(spark)
         self.progress = ProgressPrinter(out)
-        for note in prepare_session(spark):
+        for note in prepare_session(spark, config.storage.hadoop_settings()):
             self.progress.note(note)
         self.tables = open_tables(config, spark)
         self.watermarks = Watermarks(config.kafka.confluent_config())

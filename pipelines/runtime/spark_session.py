@@ -77,7 +77,7 @@ def _running_under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def prepare_session(spark) -> list[str]:
+def prepare_session(spark, hadoop_settings: Mapping[str, str] | None = None) -> list[str]:
     """Make any session fit to run a member, however it was created (here or by spark-submit).
 
     Applies :data:`RUNTIME_SETTINGS` (runtime SQL settings, so they take effect on an existing
@@ -85,8 +85,12 @@ def prepare_session(spark) -> list[str]:
     :class:`SparkSessionNotReady` naming what is missing. Returns notes for the progress lines:
     each setting that had another value and was changed, and Delta's SQL extension when absent
     (the member writes through deltalake and does not need it; reading the table with Spark SQL
-    does)."""
+    does). ``hadoop_settings`` (the storage section's) go into the session's Hadoop configuration,
+    which Spark's checkpoint and file access use on the driver and ship to tasks."""
     notes = []
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in (hadoop_settings or {}).items():
+        hadoop.set(key, value)
     for key, value in RUNTIME_SETTINGS.items():
         current = spark.conf.get(key, None)
         if current != value:

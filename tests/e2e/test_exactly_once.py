@@ -10,6 +10,8 @@ import pytest
 
 from pipelines.config import load_pipeline
 from tests.e2e.harness import MemberProcess, SteadyProducer, wait_until
+from groupmgr.describe import describe_group
+from sinks.txn_table import read_recorded_offsets
 from tests.support.kafka_data import (create_topic, delta_coordinates, log_end_offsets, table_reached,
                                       write_pipeline)
 
@@ -88,3 +90,44 @@ def test_stale_writer_is_refused_and_rejoins(bootstrap, spark, pipeline, tmp_pat
     a.wait_for(r"generation \d+: assigned [1-9]", 120, after=seen)
     wait_until(lambda: _all_owned_once([a, b]), 120, "a rejoined and shares the partitions again")
     _assert_exact(spark, config, producer, [a, b])
+
+
+def test_crash_between_delta_commit_and_kafka_commit(bootstrap, spark, pipeline, tmp_path):
+    """SIGKILL after a batch is in Delta but before its offsets reach Kafka: the next owner starts
+    from the table (not the stale group offset), nothing is written twice, and once it commits
+    again the group's offsets equal the table's."""
+    path, config = pipeline
+    hold = tmp_path / "hold-after-delta"
+    producer = SteadyProducer(bootstrap, config.topics[0]).start()
+    a = MemberProcess("a", path, tmp_path, command=["-m", "tests.support.member_with_hooks", str(path),
+                                                    "--hold-after-delta", str(hold)])
+    wait_until(lambda: _all_owned_once([a]) and a.count(r"batch \d+"), 240, "a writing")
+    hold.touch()
+    wait_until(lambda: Path(f"{hold}.waiting").exists(), 60, "a batch committed to Delta, not yet to Kafka")
+    partitions = [tp for tp in log_end_offsets(producer.acked)]
+    table = read_recorded_offsets(config.sink.path, config.name, partitions)
+    committed = _group_offsets(bootstrap, config.group.id)
+    assert any((table[tp] or 0) > committed.get(tp, 0) for tp in partitions), \
+        "the held batch should be in the table but not in the group's offsets"
+    a.kill()
+    b = MemberProcess("b", path, tmp_path)
+    wait_until(lambda: _all_owned_once([b]) and b.count(r"batch \d+"), 240, "b owning and writing")
+    assert b.count(r"\(kafka\)") == 0, "b must start from the table's offsets, not the group's"
+    acked = producer.stop()
+    ends = log_end_offsets(acked)
+    wait_until(lambda: table_reached(config.sink.path, config.name, ends), 180, "every record in the table")
+    recorded = read_recorded_offsets(config.sink.path, config.name, ends)
+    wait_until(lambda: all(_group_offsets(bootstrap, config.group.id).get(tp) == recorded[tp] for tp in ends),
+               60, "the group's committed offsets to equal the table's")
+    b.stop()
+    rows = delta_coordinates(spark, config.sink.path)
+    assert len(rows) == len(set(rows)), "duplicate (topic, partition, offset) rows"
+    assert set(rows) == acked
+
+
+def _group_offsets(bootstrap, group_id):
+    from groupmgr.core import TopicPartition
+
+    description = describe_group(bootstrap, group_id)
+    return {TopicPartition(p.topic, p.partition): p.committed for p in description.partitions
+            if p.committed is not None}

@@ -1,8 +1,11 @@
-"""A pipeline member with test hooks: ``python -m tests.support.member_with_hooks FILE --hold H``.
+"""A pipeline member with test hooks: ``python -m tests.support.member_with_hooks FILE [options]``.
 
 ``--hold H``: while the file ``H`` exists, a prepared batch waits before its Delta commit, after
-creating ``H.waiting`` so the test knows a batch is in flight (bounded: 300 s). The hook is passed
-to the runner (``BatchHooks``); production code reads nothing from the environment for it.
+creating ``H.waiting`` so the test knows a batch is in flight.
+``--hold-after-delta H``: the same, after the batch's Delta commits and before its Kafka offset
+commit (the window a crash must survive, docs/DESIGN.md invariant 4).
+Each hold is bounded (300 s). The hooks are passed to the runner (``BatchHooks``); production code
+reads nothing from the environment for them.
 """
 from __future__ import annotations
 
@@ -18,9 +21,9 @@ from pipelines.runtime.batch_writer import BatchHooks
 MAX_HOLD_S = 300.0
 
 
-def hold_while_exists(path: Path):
+def hold_while_exists(path: Path | None):
     def hold(batch_id, ranges) -> None:
-        if not path.exists():
+        if path is None or not path.exists():
             return
         Path(f"{path}.waiting").touch()
         deadline = time.monotonic() + MAX_HOLD_S
@@ -32,9 +35,12 @@ def hold_while_exists(path: Path):
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("file")
-    parser.add_argument("--hold", type=Path, required=True)
+    parser.add_argument("--hold", type=Path)
+    parser.add_argument("--hold-after-delta", type=Path)
     args = parser.parse_args(argv)
-    run_pipeline(load_pipeline(args.file), hooks=BatchHooks(before_commit=hold_while_exists(args.hold)))
+    hooks = BatchHooks(before_commit=hold_while_exists(args.hold),
+                       after_delta_commit=hold_while_exists(args.hold_after_delta))
+    run_pipeline(load_pipeline(args.file), hooks=hooks)
     return 0
 
 
