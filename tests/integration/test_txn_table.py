@@ -109,3 +109,110 @@ def test_table_reads_the_same_through_delta_spark(table, spark):  # invariant 5
                  [OffsetRange("t", 0, 0, 4), OffsetRange("t", 1, 0, 2)], epochs)
     seen = spark.read.format("delta").load(table.path).select("topic", "partition", "offset").collect()
     assert sorted((r.topic, r.partition, r.offset) for r in seen) == coordinates(table.path)
+
+
+# -- issue 13: the cases a mutation spot-check let through ----------------------------------------
+@pytest.mark.parametrize("moved_first", [False, True])
+def test_stale_writer_spanning_a_moved_and_an_unmoved_partition_is_refused_whole(table, moved_first):
+    """invariant 3: every partition of the batch is checked, not just the first one."""
+    old = table.claim([T0, T1])
+    new = table.claim([T1])                      # T1 moved to another member, T0 did not
+    ranges = [OffsetRange("t", 0, 0, 3), OffsetRange("t", 1, 0, 2)]
+    if moved_first:
+        ranges.reverse()
+    before = DeltaTable(table.path).version()
+    with pytest.raises(FencedWriterError) as err:
+        table.commit(pa.concat_tables([rows(T0, range(3)), rows(T1, range(2))]), ranges, old)
+    assert (err.value.tp, err.value.ours, err.value.recorded) == (T1, old[T1], new[T1])
+    assert DeltaTable(table.path).version() == before and coordinates(table.path) == []
+    assert table.recorded_offsets([T0, T1]) == {T0: None, T1: None}
+    snapshot = table.snapshot()
+    assert snapshot.transaction_version(table.owner_app_id(T1)) == new[T1]   # the new owner's epoch
+    assert snapshot.transaction_version(table.owner_app_id(T0)) == old[T0]
+    table.commit(rows(T1, range(2)), [OffsetRange("t", 1, 0, 2)], new)       # and it still writes
+    assert table.recorded_offsets([T1]) == {T1: 2}
+
+
+def test_one_record_gap_is_refused(table):
+    """invariant 3: recorded == start - 1 is a gap (record start-1 would be lost), not a write."""
+    epochs = table.claim([T0])
+    table.commit(rows(T0, range(0, 5)), [OffsetRange("t", 0, 0, 5)], epochs)
+    with pytest.raises(OffsetGapError) as err:
+        table.commit(rows(T0, range(6, 9)), [OffsetRange("t", 0, 6, 9)], epochs)
+    assert (err.value.recorded, err.value.range.start) == (5, 6)
+    assert table.recorded_offsets([T0]) == {T0: 5}
+    assert coordinates(table.path) == [("t", 0, o) for o in range(5)]
+    table.commit(rows(T0, range(5, 9)), [OffsetRange("t", 0, 5, 9)], epochs)   # the boundary itself
+    assert coordinates(table.path) == [("t", 0, o) for o in range(9)]
+
+
+def test_a_gap_in_one_partition_refuses_the_whole_batch(table):
+    epochs = table.claim([T0, T1])
+    table.commit(rows(T1, range(0, 2)), [OffsetRange("t", 1, 0, 2)], epochs)
+    with pytest.raises(OffsetGapError) as err:
+        table.commit(pa.concat_tables([rows(T0, range(3)), rows(T1, range(4, 6))]),
+                     [OffsetRange("t", 0, 0, 3), OffsetRange("t", 1, 4, 6)], epochs)
+    assert err.value.range.tp == T1
+    assert table.recorded_offsets([T0, T1]) == {T0: None, T1: 2}
+    assert coordinates(table.path) == [("t", 1, 0), ("t", 1, 1)]
+
+
+class RacedTable(TxnDeltaTable):
+    """A writer that lets ``race`` commit right after it has decided (on its snapshot) and before it
+    writes: a deterministic concurrent commit, no thread timing. ``race`` runs once."""
+
+    def __init__(self, *args, race=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.race, self.raced, self.decisions = race, False, 0
+
+    def _plan(self, table, ranges):
+        plan = super()._plan(table, ranges)
+        self.decisions += 1
+        if self.race is not None and not self.raced:
+            self.raced = True
+            self.race()
+        return plan
+
+
+def raced(path, race) -> RacedTable:
+    return RacedTable(str(path), "app", SCHEMA, race=race)
+
+
+def test_cas_loser_of_a_race_over_the_same_range_replays_and_writes_nothing(tmp_path):
+    """invariant 3 (CAS): the injected commit wrote the same range; the loser's write, built on
+    the snapshot it decided on, fails; it re-decides, sees a replay and writes nothing."""
+    other = TxnDeltaTable(str(tmp_path / "t"), "app", SCHEMA)
+    epochs = other.claim([T0])
+    batch, ranges = rows(T0, range(0, 5)), [OffsetRange("t", 0, 0, 5)]
+    winner = []
+    loser = raced(tmp_path / "t", lambda: winner.append(other.commit(batch, ranges, epochs)))
+    result = loser.commit(batch, ranges, epochs)
+    assert loser.raced and loser.decisions == 2                     # decided, lost, decided again
+    assert winner[0].rows_written == 5
+    assert (result.table_version, result.rows_written, result.rows_skipped) == (None, 0, 5)
+    assert result.replayed == (T0,)
+    assert coordinates(tmp_path / "t") == [("t", 0, o) for o in range(5)]
+    assert other.recorded_offsets([T0]) == {T0: 5}
+
+
+def test_cas_loser_of_a_race_over_part_of_its_range_writes_only_the_tail(tmp_path):
+    other = TxnDeltaTable(str(tmp_path / "t"), "app", SCHEMA)
+    epochs = other.claim([T0])
+    loser = raced(tmp_path / "t", lambda: other.commit(rows(T0, range(0, 3)), [OffsetRange("t", 0, 0, 3)], epochs))
+    result = loser.commit(rows(T0, range(0, 5)), [OffsetRange("t", 0, 0, 5)], epochs)
+    assert loser.raced and loser.decisions == 2
+    assert (result.rows_written, result.rows_skipped, result.replayed) == (2, 3, (T0,))
+    assert coordinates(tmp_path / "t") == [("t", 0, o) for o in range(5)]
+    assert other.recorded_offsets([T0]) == {T0: 5}
+
+
+def test_cas_loser_of_a_race_with_a_new_claim_is_fenced_and_writes_nothing(tmp_path):
+    """The injected commit is another member claiming the partition: re-deciding fences us."""
+    other = TxnDeltaTable(str(tmp_path / "t"), "app", SCHEMA)
+    epochs = other.claim([T0])
+    loser = raced(tmp_path / "t", lambda: other.claim([T0]))
+    with pytest.raises(FencedWriterError):
+        loser.commit(rows(T0, range(0, 5)), [OffsetRange("t", 0, 0, 5)], epochs)
+    assert loser.raced and coordinates(tmp_path / "t") == []
+    assert other.recorded_offsets([T0]) == {T0: None}
+    assert other.snapshot().transaction_version(other.owner_app_id(T0)) == epochs[T0] + 1
