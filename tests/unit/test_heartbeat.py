@@ -99,3 +99,39 @@ def test_explicit_now_overrides_clock(timer, clock):
 def test_invalid_timeouts_rejected(session, interval):
     with pytest.raises(ValueError):
         HeartbeatTimer(session, interval)
+
+
+def test_durations_are_kept_in_seconds(clock):
+    timer = HeartbeatTimer(session_timeout_ms=3000, heartbeat_interval_ms=1000, clock=clock)
+    assert (timer.session_timeout_s, timer.interval_s, timer.retry_backoff_s) == (3.0, 1.0, 0.1)
+    timer.failed()                                   # the default backoff: 100 ms
+    assert timer.time_to_next_heartbeat() == pytest.approx(0.1)
+
+
+def test_smallest_valid_interval_is_accepted():
+    timer = HeartbeatTimer(session_timeout_ms=2, heartbeat_interval_ms=1)
+    assert timer.interval_s == 0.001
+
+
+def test_in_flight_and_last_times_follow_the_events(timer, clock):
+    assert not timer.in_flight and timer.last_sent is None and timer.last_received is None
+    for end in (timer.received, timer.failed, timer.reset):
+        timer.sent()
+        assert timer.in_flight
+        end()
+        assert not timer.in_flight
+
+
+def test_every_event_uses_an_explicit_now_instead_of_the_clock(timer, clock):
+    later = clock.now + 50.0
+    timer.sent(now=later)
+    assert timer.last_sent == later and timer.time_to_next_heartbeat(now=later) == pytest.approx(1.0)
+    timer.received(now=later)
+    assert timer.last_received == later
+    assert not timer.session_expired(now=later + 2.9) and timer.session_expired(now=later + 3.0)
+    timer.failed(now=later)
+    assert timer.time_to_next_heartbeat(now=later) == pytest.approx(0.1)
+    timer.reset(now=later)
+    assert timer.time_to_next_heartbeat(now=later) == pytest.approx(1.0)
+    assert not timer.session_expired(now=later + 2.9) and timer.session_expired(now=later + 3.0)
+    assert timer.should_heartbeat() is False and timer.session_expired() is False   # the clock is still at 100
