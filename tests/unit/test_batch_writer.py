@@ -50,3 +50,110 @@ def test_refused_batch_commits_nothing_to_kafka():
     with pytest.raises(FencedWriterError):
         make_writer(calls, table_error=error)(None, 0)
     assert calls == ["dead", "table", "refused"]
+
+
+# -- against real Delta tables (deltalake on tmp_path; only the Spark part, _collect, is stubbed) --
+OUT_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                        ("value", pa.binary())])
+DEAD_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                         ("value", pa.binary()), ("reason", pa.string())])
+T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+def out_rows(tp, offsets):
+    return pa.table({"topic": [tp.topic] * len(offsets), "partition": [tp.partition] * len(offsets),
+                     "offset": list(offsets), "value": [b"v%d" % o for o in offsets]}, schema=OUT_SCHEMA)
+
+
+def dead_rows(tp, offsets):
+    return pa.table({"topic": [tp.topic] * len(offsets), "partition": [tp.partition] * len(offsets),
+                     "offset": list(offsets), "value": [None] * len(offsets),
+                     "reason": ["null_value"] * len(offsets)}, schema=DEAD_SCHEMA)
+
+
+def coordinates(path):
+    from deltalake import DeltaTable
+    table = DeltaTable(str(path)).to_pyarrow_table(columns=["topic", "partition", "offset"])
+    return sorted(zip(*(table[c].to_pylist() for c in ("topic", "partition", "offset"))))
+
+
+class PlannedLog:
+    def __init__(self, ranges):
+        self.planned = ranges
+
+    def ranges(self, batch_id):
+        return self.planned[batch_id]
+
+
+@pytest.fixture
+def delta_tables(tmp_path):
+    """Output and dead-letter tables whose owner epochs differ per table and per partition, so a
+    writer that hands one table's epochs to the other is refused."""
+    from sinks.txn_table import TxnDeltaTable
+    table = TxnDeltaTable(str(tmp_path / "out"), "orders", OUT_SCHEMA)
+    dead = TxnDeltaTable(str(tmp_path / "dead"), "orders", DEAD_SCHEMA)
+    table.claim([T0, T1])
+    dead.claim([T1])
+    epochs, dead_epochs = table.claim([T0, T1]), dead.claim([T0, T1])
+    assert epochs == {T0: 2, T1: 2} and dead_epochs == {T0: 1, T1: 2}
+    return TableTargets(table, dead, epochs, dead_epochs)
+
+
+def real_writer(targets, planned, batches, calls):
+    writer = BatchWriter(RecordFormat("raw", None, 1024), None, targets, PlannedLog(planned),
+                         commit_kafka=lambda offsets, meta: calls.append(("kafka", offsets, meta)) or True,
+                         report=lambda report: calls.append(report),
+                         refused=lambda batch_id, err: calls.append(("refused", err)))
+    writer._collect = lambda batch_id: batches.pop(0)
+    return writer
+
+
+def test_batches_land_in_real_tables_with_each_tables_own_epochs(delta_tables):
+    calls = []
+    planned = {0: (OffsetRange("t", 0, 0, 4), OffsetRange("t", 1, 0, 2)),
+               1: (OffsetRange("t", 0, 4, 6), OffsetRange("t", 1, 2, 2))}
+    batches = [(pa.concat_tables([out_rows(T0, [0, 2, 3]), out_rows(T1, [0, 1])]), dead_rows(T0, [1])),
+               (out_rows(T0, [4, 5]), dead_rows(T0, []))]
+    writer = real_writer(delta_tables, planned, batches, calls)
+    writer(None, 0)
+    writer(None, 1)
+    out, dead = delta_tables.table, delta_tables.dead_table
+    assert coordinates(out.path) == [("t", 0, 0), ("t", 0, 2), ("t", 0, 3), ("t", 0, 4), ("t", 0, 5),
+                                     ("t", 1, 0), ("t", 1, 1)]
+    assert coordinates(dead.path) == [("t", 0, 1)]
+    assert out.recorded_offsets([T0, T1]) == dead.recorded_offsets([T0, T1]) == {T0: 6, T1: 2}
+    for table, epochs in ((out, delta_tables.epochs), (dead, delta_tables.dead_epochs)):
+        snapshot = table.snapshot()
+        assert {tp: snapshot.transaction_version(table.owner_app_id(tp)) for tp in (T0, T1)} == epochs
+    kafka = [c for c in calls if isinstance(c, tuple) and c[0] == "kafka"]
+    assert [k[1] for k in kafka] == [{T0: 4, T1: 2}, {T0: 6}]
+    reports = [c for c in calls if not isinstance(c, tuple)]
+    assert [(r.batch_id, r.rows_written, r.dead_letters, r.kafka_committed) for r in reports] == [
+        (0, 5, 1, True), (1, 2, 0, True)]
+    assert kafka[0][2] == f"delta:{reports[0].delta_version}" and reports[0].delta_version is not None
+
+
+def test_replayed_batch_writes_nothing_and_commits_kafka_as_replay(delta_tables):
+    calls = []
+    planned = {0: (OffsetRange("t", 0, 0, 2),)}
+    batch = (out_rows(T0, [0]), dead_rows(T0, [1]))
+    real_writer(delta_tables, planned, [batch, batch], calls)(None, 0)
+    writer = real_writer(delta_tables, planned, [batch], calls)
+    writer(None, 0)                                   # the same batch again (a restart replays it)
+    assert coordinates(delta_tables.table.path) == [("t", 0, 0)]
+    assert coordinates(delta_tables.dead_table.path) == [("t", 0, 1)]
+    assert calls[-2] == ("kafka", {T0: 2}, "delta:replay")
+    assert (calls[-1].rows_written, calls[-1].rows_skipped, calls[-1].delta_version) == (0, 1, None)
+
+
+def test_a_stale_writer_is_refused_by_the_real_table_and_commits_nothing(delta_tables):
+    calls = []
+    delta_tables.table.claim([T1])                    # another member took T1 of the output table
+    planned = {0: (OffsetRange("t", 0, 0, 1), OffsetRange("t", 1, 0, 1))}
+    writer = real_writer(delta_tables, planned,
+                         [(pa.concat_tables([out_rows(T0, [0]), out_rows(T1, [0])]), dead_rows(T0, []))], calls)
+    with pytest.raises(FencedWriterError) as err:
+        writer(None, 0)
+    assert err.value.tp == T1 and [c[0] for c in calls] == ["refused"]
+    assert coordinates(delta_tables.table.path) == []
+    assert delta_tables.table.recorded_offsets([T0, T1]) == {T0: None, T1: None}
