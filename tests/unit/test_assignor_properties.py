@@ -315,8 +315,10 @@ def test_sticky_uneven_members_with_equal_subscriptions_within_one(group, seed):
 #      range, leaving partitions unassigned (Kafka's RangeAssignor de-duplicates members per topic).
 # We implement Kafka's behaviour and test against it, never against kafka-python's.
 
-kafka_python_range = pytest.importorskip("kafka.coordinator.assignors.range")
-kafka_python_roundrobin = pytest.importorskip("kafka.coordinator.assignors.roundrobin")
+# kafka-python is a declared dependency (setup.cfg): imported plainly, never skipped when missing
+import kafka.coordinator.assignors.range as kafka_python_range  # noqa: E402
+import kafka.coordinator.assignors.roundrobin as kafka_python_roundrobin  # noqa: E402
+
 KpMember = namedtuple("KpMember", "member_id group_instance_id metadata")
 KpSubscription = namedtuple("KpSubscription", "topics")
 

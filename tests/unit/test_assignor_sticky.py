@@ -1,9 +1,11 @@
-"""StickyAssignor: docstring example, ownership rules, balance, movement and speed."""
+"""StickyAssignor: docstring example, ownership rules, balance and movement, also at scale.
+
+Speed is measured by bench/bench_assignors.py (bench/results/assignors.md), never asserted here: a
+test has no wall-clock bound besides the per-test timeout that catches a hang."""
 
 from __future__ import annotations
 
 import random
-import time
 from collections import Counter
 
 import pytest
@@ -158,14 +160,14 @@ def test_uneven_subscriptions_rebalance_from_a_hoarder():
 
 
 @pytest.mark.parametrize("members, partitions", [(1000, 100_000), (10, 100_000), (1000, 1_000)])
-def test_large_groups_are_fast(members, partitions):
+def test_large_groups_are_balanced_and_a_rejoin_moves_nothing(members, partitions):
     subscriptions = {f"member-{i:05d}": sub("t") for i in range(members)}
-    start = time.perf_counter()
     first = ASSIGNOR.assign({"t": partitions}, subscriptions)
     warm = ASSIGNOR.assign({"t": partitions}, rejoin(first, ("t",)))
-    elapsed = time.perf_counter() - start
     assert warm == first
-    assert elapsed < 2.0  # each run is ~0.1-0.3 s on one core; generous for slow CI machines
+    sizes = Counter(len(ps) for ps in first.values())
+    assert set(sizes) <= {partitions // members, -(-partitions // members)}
+    assert sum(len(ps) for ps in first.values()) == partitions
 
 
 # --- general (uneven subscriptions) path ---
@@ -190,13 +192,11 @@ def test_water_fill_equals_handing_out_one_at_a_time(seed):
     assert filled == dict(greedy_one_by_one(counts, members, units))
 
 
-def test_hoarder_with_uneven_subscriptions_is_spread_fast():
+def test_hoarder_with_uneven_subscriptions_is_spread():
     members = {f"m{i:04d}": sub("t") if i % 2 else sub("t", "u") for i in range(1000)}
     everything = tps("t", *range(50_000)) + tps("u", *range(50_000))
     members["m0000"] = sub("t", "u", owned=everything, generation=1)
-    start = time.perf_counter()
     result = assign({"t": 50_000, "u": 50_000}, members)
-    assert time.perf_counter() - start < 3.0
     sizes = Counter(len(ps) for ps in result.values())
     assert min(sizes) >= 99 and max(sizes) <= 101
     assert 99 <= len(result["m0000"]) <= 101  # it keeps a fair share of what it owned

@@ -1,4 +1,7 @@
-"""CoordinatorClient retry/rediscovery bounds, and KafkaTransport's bounded waits (no broker needed)."""
+"""CoordinatorClient retry/rediscovery bounds, and KafkaTransport's bounded waits (no broker needed).
+
+No assertion reads the wall clock: deadlines run on an injected clock, and "it does not hang" is an
+unbounded wait (a huge backoff or request timeout) that only the per-test timeout would end."""
 from __future__ import annotations
 
 import socket
@@ -14,18 +17,30 @@ from groupmgr.member import GroupMember, MemberConfig
 from tests.unit.fake_coordinator import FakeCoordinator, Recorder
 
 
+class StepClock:
+    """An injected clock that only moves when the test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_retrying_gives_up_at_deadline_with_last_error():
-    client = CoordinatorClient(FakeCoordinator({}), "g", retry_backoff_ms=10, retry_backoff_max_ms=20)
+    clock = StepClock()
+    client = CoordinatorClient(FakeCoordinator({}), "g", retry_backoff_ms=10, retry_backoff_max_ms=20, clock=clock)
     calls = []
 
     def attempt():
-        calls.append(time.monotonic())
-        raise NotCoordinator("x")
+        calls.append(clock.now)
+        clock.now += 0.1                 # each attempt takes 100 ms of the injected clock
+        raise NotCoordinator(f"attempt {len(calls)}")
 
-    start = time.monotonic()
-    with pytest.raises(NotCoordinator):
-        client.retrying(attempt, deadline=start + 0.3)
-    assert 0.25 <= time.monotonic() - start < 1.0 and len(calls) > 5
+    with pytest.raises(NotCoordinator) as raised:
+        client.retrying(attempt, deadline=clock.now + 0.3)
+    # attempts at 0, 0.1 and 0.2 s; after the third the next backoff (~40 ms) would pass the deadline
+    assert calls == pytest.approx([100.0, 100.1, 100.2]) and str(raised.value).endswith("attempt 3")
 
 
 def test_retrying_does_not_retry_fatal_errors():
@@ -42,12 +57,22 @@ def test_retrying_does_not_retry_fatal_errors():
 
 
 def test_close_interrupts_retries():
-    client = CoordinatorClient(FakeCoordinator({}), "g", retry_backoff_ms=2000, retry_backoff_max_ms=2000)
-    threading.Timer(0.2, client.close).start()
-    start = time.monotonic()
+    """The backoff is an hour: only close() can end the wait (else the per-test timeout fails it)."""
+    client = CoordinatorClient(FakeCoordinator({}), "g", retry_backoff_ms=3_600_000, retry_backoff_max_ms=3_600_000)
+    attempts = []
+    first_attempt = threading.Event()
+
+    def attempt():
+        attempts.append(1)
+        first_attempt.set()
+        raise CoordinatorUnreachable("x")
+
+    closer = threading.Thread(target=lambda: first_attempt.wait() and client.close(), daemon=True)
+    closer.start()
     with pytest.raises(MemberClosedError):
-        client.retrying(lambda: (_ for _ in ()).throw(CoordinatorUnreachable("x")), deadline=start + 30)
-    assert time.monotonic() - start < 1.5
+        client.retrying(attempt, deadline=float("inf"))
+    closer.join()
+    assert attempts == [1]
 
 
 def test_rediscovers_after_not_coordinator():
@@ -72,32 +97,31 @@ def black_hole():
 
 
 def test_transport_bootstrap_is_bounded(black_hole):
+    """A broker that never answers: start() gives up (its own bound) instead of waiting forever."""
     transport = KafkaTransport(black_hole, "t", {"request_timeout_ms": 500})
-    start = time.monotonic()
     with pytest.raises(CoordinatorUnreachable):
         transport.start(1.0)
-    assert time.monotonic() - start < 5
     transport.close()
 
 
 def test_transport_close_wakes_waiting_caller(black_hole):
     transport = KafkaTransport(black_hole, "t")
     errors = []
-    worker = threading.Thread(target=lambda: errors.append(pytest.raises(CoordinatorUnreachable, transport.start, 60)))
+    worker = threading.Thread(target=lambda: errors.append(pytest.raises(CoordinatorUnreachable, transport.start, 3600)),
+                              daemon=True)
     worker.start()
-    deadline = time.monotonic() + 5
-    while not transport._waiters and time.monotonic() < deadline:  # the worker is blocked in start()
+    while not transport._waiters:  # until the worker is blocked in start() (an hour's wait)
         time.sleep(0.01)
-    assert transport._waiters
-    start = time.monotonic()
     transport.close()
-    worker.join(10)
-    assert not worker.is_alive() and time.monotonic() - start < 10 and errors
+    worker.join()                  # only close() can wake it before the hour is up
+    assert errors
 
 
 def test_member_close_is_bounded_while_broker_never_answers(black_hole):
-    config = MemberConfig(bootstrap_servers=black_hole, group_id="g", topics=("t",), request_timeout_ms=30000)
+    """The member thread is blocked on a broker that never answers (request timeout: an hour);
+    close() still ends it (after half its bound it closes the client, which wakes the thread)."""
+    config = MemberConfig(bootstrap_servers=black_hole, group_id="g", topics=("t",), request_timeout_ms=3_600_000)
     member = GroupMember(config, Recorder()).start()
-    start = time.monotonic()
     member.close(timeout_s=4)
-    assert time.monotonic() - start < 5 and member.state is MemberState.CLOSED
+    member._thread.join()          # without the wake-up this would be the hour: the per-test timeout
+    assert member.state is MemberState.CLOSED
