@@ -7,31 +7,36 @@ For every (topic, partition) the table carries two Delta application transaction
 * ``<app>:owner:<topic>:<partition>`` — version = the owner epoch of the member allowed to write
   the partition, bumped by :meth:`TxnDeltaTable.claim` when a member is assigned the partition.
 
-Commit protocol of :meth:`TxnDeltaTable.commit` (docs/DESIGN.md, invariant 3): read one snapshot; every
-partition of the batch must still be owned by the caller's epoch (else ``FencedWriterError``, and
-nothing is written); per partition, the recorded offset decides: equal to the batch start → write
-the range; at or past the batch end → a replay, write nothing; in between → a partial replay, write
-only rows at or above it; below the batch start → records would be missing (``OffsetGapError``).
-Data files and all ``txn`` actions (offsets and owners, re-asserted) go into ONE commit built on
-that same snapshot, so a concurrent commit that touched any of these app ids makes ours fail
-(``CommitFailedError``) and we re-read and re-decide; two writers of a partition never both win.
-Thread safety: none; one instance per writer thread.
+Commit protocol of :meth:`TxnDeltaTable.commit_files` (docs/DESIGN.md, invariant 3): read one
+snapshot; every partition of the batch must still be owned by the caller's epoch (else
+``FencedWriterError``, and nothing is written); per partition, the recorded offset decides: equal
+to the batch start → write the range; at or past the batch end → a replay, write nothing; in
+between → a partial replay, write only rows at or above it; below the batch start → records would
+be missing (``OffsetGapError``). The caller's ``write`` function then writes the data files of
+that plan (on Spark's executors: rows never pass through the driver) and returns their metadata.
+The files' ``add`` actions and all ``txn`` actions (offsets and owners, re-asserted) go into ONE
+commit built on that same snapshot, so a concurrent commit that touched any of these app ids makes
+ours fail (``CommitFailedError``); we re-read and re-decide, reusing the files when the plan is
+unchanged and writing again when it is not (the first files stay unreferenced). Two writers of a
+partition never both win. Thread safety: none; one instance per writer thread.
 """
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
-from deltalake.transaction import Transaction
+from deltalake.transaction import AddAction, Transaction
 
 from groupmgr.core import OffsetRange, ScgError, TopicPartition
+from sinks.data_files import DataFileWriter, WrittenFiles
 
 COMMIT_ATTEMPTS = 5
+COMMIT_MARKER = "scg.commit"   # commit-info key naming one commit attempt
 
 
 class SinkError(ScgError):
@@ -70,13 +75,20 @@ class CommitResult:
     rows_written: int
     rows_skipped: int             # rows already in the table (replay)
     replayed: tuple[TopicPartition, ...]
+    commit_s: float = 0.0         # time spent in the Delta commit itself (files excluded)
 
 
 @dataclass(frozen=True)
-class _Plan:
-    keep_from: dict[TopicPartition, int]   # partitions to write, rows with offset >= value
+class CommitPlan:
+    """What a batch must write, decided on one snapshot: ``keep_from`` lists the partitions to
+    write with the first offset to keep (rows below it are already in the table)."""
+
+    keep_from: dict[TopicPartition, int]
     new_versions: dict[TopicPartition, int]
     replayed: tuple[TopicPartition, ...]
+
+
+WriteFiles = Callable[[CommitPlan], WrittenFiles]
 
 
 class TxnDeltaTable:
@@ -125,25 +137,47 @@ class TxnDeltaTable:
             epochs = {tp: (table.transaction_version(self.owner_app_id(tp)) or 0) + 1
                       for tp in partitions}
             txns = [self._txn(self.owner_app_id(tp), e) for tp, e in epochs.items()]
-            if not txns or self._try_write(table, self.schema.empty_table(), txns):
+            if not txns or self._try_commit(table, (), txns, uuid.uuid4().hex):
                 return epochs
         raise SinkError(f"{self.path}: could not claim partitions after {COMMIT_ATTEMPTS} attempts")
 
+    def file_writer(self, file_prefix: str = "part") -> DataFileWriter:
+        """A writer of this table's data files (picklable: Spark ships it to the executors)."""
+        return DataFileWriter(self.path, self.schema, tuple(self.partition_by), self.storage_options,
+                              file_prefix)
+
     def commit(self, rows: pa.Table, ranges: Sequence[OffsetRange],
                epochs: Mapping[TopicPartition, int]) -> CommitResult:
-        """Write ``rows`` (which must carry topic/partition/offset columns) for ``ranges``."""
+        """:meth:`commit_files` with ``rows`` (carrying topic/partition/offset columns) written by
+        this process: for tests and small tables; a Spark batch writes on its executors."""
+        writer = self.file_writer()
+        return self.commit_files(ranges, epochs,
+                                 lambda plan: writer.write(rows.to_batches(), plan.keep_from))
+
+    def commit_files(self, ranges: Sequence[OffsetRange], epochs: Mapping[TopicPartition, int],
+                     write: WriteFiles) -> CommitResult:
+        """Decide, have ``write`` write the plan's files, commit them with the offset and owner
+        transactions in one CAS commit (protocol above). Raises FencedWriterError or OffsetGapError
+        without writing; SinkError when conflicts persist."""
+        plan, written = None, None
         for attempt in range(COMMIT_ATTEMPTS):
             table = self.snapshot()
             self._check_owner(table, ranges, epochs)
-            plan = self._plan(table, ranges)
-            if not plan.new_versions:
-                return CommitResult(None, 0, rows.num_rows, plan.replayed)
-            selected = _select_rows(rows, plan.keep_from) if plan.replayed else rows
-            txns = [self._txn(self.offset_app_id(tp), v) for tp, v in plan.new_versions.items()]
-            txns += [self._txn(self.owner_app_id(tp), epochs[tp]) for tp in plan.new_versions]
-            if self._try_write(table, selected, txns):  # the write moves ``table`` to its commit
-                return CommitResult(table.version(), selected.num_rows,
-                                    rows.num_rows - selected.num_rows, plan.replayed)
+            decided = self._plan(table, ranges)
+            if not decided.new_versions:  # a full replay: the rows are counted, none is written
+                if written is None or written.files:
+                    written = write(decided)
+                return CommitResult(None, 0, written.rows_skipped + written.rows_written, decided.replayed)
+            if written is None or decided.keep_from != plan.keep_from:
+                plan, written = decided, write(decided)
+            txns = [self._txn(self.offset_app_id(tp), v) for tp, v in decided.new_versions.items()]
+            txns += [self._txn(self.owner_app_id(tp), epochs[tp]) for tp in decided.new_versions]
+            marker = uuid.uuid4().hex
+            commit_started = time.monotonic()
+            if self._try_commit(table, written.files, txns, marker):
+                return CommitResult(self._committed_version(table, marker), written.rows_written,
+                                    written.rows_skipped, decided.replayed,
+                                    time.monotonic() - commit_started)
             time.sleep(0.05 * (attempt + 1))
         raise SinkError(f"{self.path}: commit kept conflicting after {COMMIT_ATTEMPTS} attempts")
 
@@ -154,7 +188,7 @@ class TxnDeltaTable:
             if recorded != epochs.get(rng.tp):
                 raise FencedWriterError(self.path, rng.tp, epochs.get(rng.tp, -1), recorded)
 
-    def _plan(self, table: DeltaTable, ranges: Sequence[OffsetRange]) -> _Plan:
+    def _plan(self, table: DeltaTable, ranges: Sequence[OffsetRange]) -> CommitPlan:
         keep_from, versions, replayed = {}, {}, []
         for rng in ranges:
             recorded = table.transaction_version(self.offset_app_id(rng.tp))
@@ -167,15 +201,31 @@ class TxnDeltaTable:
             if recorded is not None and recorded > rng.start:
                 replayed.append(rng.tp)
             versions[rng.tp] = rng.end
-        return _Plan(keep_from, versions, tuple(replayed))
+        return CommitPlan(keep_from, versions, tuple(replayed))
 
-    def _try_write(self, table: DeltaTable, data: pa.Table, txns: list[Transaction]) -> bool:
+    def _try_commit(self, table: DeltaTable, files, txns: list[Transaction], marker: str) -> bool:
+        """One commit of ``files`` and ``txns`` built on ``table``'s snapshot, tagged with
+        ``marker`` in its commit info; False when a concurrent commit conflicts with it."""
+        now = int(time.time() * 1000)
+        adds = [AddAction(f.path, f.size, dict(f.partition_values), now, True, f.stats) for f in files]
+        properties = CommitProperties(app_transactions=txns, custom_metadata={COMMIT_MARKER: marker})
         try:
-            write_deltalake(table, data, mode="append",
-                            commit_properties=CommitProperties(app_transactions=txns))
+            table.create_write_transaction(adds, "append", self.schema, self.partition_by or None,
+                                           commit_properties=properties)
         except CommitFailedError:
             return False
         return True
+
+    @staticmethod
+    def _committed_version(table: DeltaTable, marker: str) -> int | None:
+        """The version our commit became: other members' commits may follow it at once, so it is
+        found by its marker among the versions after the snapshot it was built on."""
+        base = table.version()
+        table.update_incremental()
+        for entry in table.history(limit=max(table.version() - base, 1)):
+            if entry.get(COMMIT_MARKER) == marker:
+                return int(entry["version"])
+        return None
 
     def _create(self) -> None:
         try:
@@ -203,15 +253,3 @@ def read_recorded_offsets(path: str, app_id: str, partitions: Iterable[TopicPart
     except TableNotFoundError:
         return {}
     return {tp: table.transaction_version(offset_app_id(app_id, tp)) for tp in partitions}
-
-
-def _select_rows(rows: pa.Table, keep_from: Mapping[TopicPartition, int]) -> pa.Table:
-    """Rows of the partitions in ``keep_from`` whose offset is at or above the partition's value."""
-    if rows.num_rows == 0:
-        return rows
-    mask = pa.array([False] * rows.num_rows)
-    for tp, first in keep_from.items():
-        in_partition = pc.and_(pc.equal(rows["topic"], tp.topic),
-                               pc.equal(rows["partition"], tp.partition))
-        mask = pc.or_(mask, pc.and_(in_partition, pc.greater_equal(rows["offset"], first)))
-    return rows.filter(mask)

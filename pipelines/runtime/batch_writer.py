@@ -1,6 +1,6 @@
 """The ``foreachBatch`` function of one member's query: one micro-batch → Delta, then Kafka.
 
-Commit order (docs/DESIGN.md invariants 3, 4, 6), per micro-batch:
+Commit order (docs/DESIGN.md invariants 3, 4, 6, 8), per micro-batch:
 
 1. the planned offset ranges are read from the query's checkpoint offset log (not from the rows);
 2. dead letters are committed to the dead-letter table (exactly once, per-partition txn);
@@ -8,19 +8,25 @@ Commit order (docs/DESIGN.md invariants 3, 4, 6), per micro-batch:
    (see :class:`sinks.txn_table.TxnDeltaTable`); a fenced writer raises and writes nothing;
 4. only then are the end offsets committed to the Kafka group with the member's generation.
 
+Rows never pass through the driver: for each table the sink decides on a snapshot what to write,
+Spark's executors write the Parquet files (``mapInArrow`` → :class:`sinks.data_files.DataFileWriter`)
+and return their metadata, and the driver commits the files' ``add`` actions with the transactions.
 Runs on the Spark driver, in the query's thread; not shared between queries.
 """
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import pyarrow as pa
 
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
 from pipelines.runtime.records import RecordFormat, classify, dead_letters, good_rows
+from sinks.data_files import METADATA_DDL, DataFileWriter, WrittenFiles
 from sinks.txn_table import CommitResult, FencedWriterError, TxnDeltaTable
 
 
@@ -53,6 +59,40 @@ class BatchReport:
     kafka_committed: bool
 
 
+class BatchRows(Protocol):
+    """The rows of one micro-batch for one table, able to write themselves as data files."""
+
+    def write(self, writer: DataFileWriter, keep_from: Mapping[TopicPartition, int]) -> WrittenFiles: ...
+
+
+@dataclass(frozen=True)
+class SparkRows:
+    """Rows of a Spark DataFrame, written by the executors that hold them; the driver receives
+    only the files' metadata (one small row per file)."""
+
+    df: object  # pyspark.sql.DataFrame
+
+    def write(self, writer: DataFileWriter, keep_from: Mapping[TopicPartition, int]) -> WrittenFiles:
+        task = functools.partial(_write_task, writer, dict(keep_from))
+        metadata = self.df.mapInArrow(task, METADATA_DDL).collect()
+        return WrittenFiles.from_metadata(row.asDict() for row in metadata)
+
+
+def _write_task(writer: DataFileWriter, keep_from, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """One Spark task (an executor's Python worker): write its rows, yield their metadata."""
+    return writer.write_metadata(batches, keep_from)
+
+
+@dataclass(frozen=True)
+class ArrowRows:
+    """Rows already in this process (tests and small tools), written by this process."""
+
+    table: pa.Table
+
+    def write(self, writer: DataFileWriter, keep_from: Mapping[TopicPartition, int]) -> WrittenFiles:
+        return writer.write(self.table.to_batches(), keep_from)
+
+
 @dataclass
 class TableTargets:
     """The output and dead-letter tables with the owner epochs this member claimed."""
@@ -81,31 +121,37 @@ class BatchWriter:
     def __call__(self, batch_df, batch_id: int) -> None:
         started = time.monotonic()
         ranges = self.offset_log.ranges(batch_id)
-        good, dead = self._collect(batch_df)
-        self.hooks.before_commit(batch_id, ranges)
-        commit_started = time.monotonic()
+        good, dead, release = self._prepare(batch_df)
         try:
-            self.targets.dead_table.commit(dead, ranges, self.targets.dead_epochs)
-            result = self.targets.table.commit(good, ranges, self.targets.epochs)
-        except FencedWriterError as refused:
-            self.refused(batch_id, refused)
-            raise
-        commit_s = time.monotonic() - commit_started
+            self.hooks.before_commit(batch_id, ranges)
+            try:
+                dead_result = self._write_and_commit(self.targets.dead_table, dead, ranges,
+                                                     self.targets.dead_epochs, batch_id)
+                result = self._write_and_commit(self.targets.table, good, ranges,
+                                                self.targets.epochs, batch_id)
+            except FencedWriterError as refused:
+                self.refused(batch_id, refused)
+                raise
+        finally:
+            release()
         self.hooks.after_delta_commit(batch_id, ranges)
         committed = self._commit_kafka(ranges, result)
         self.report(BatchReport(batch_id, ranges, result.rows_written, result.rows_skipped,
-                                dead.num_rows, result.table_version,
-                                time.monotonic() - started, commit_s, committed))
+                                dead_result.rows_written, result.table_version,
+                                time.monotonic() - started, result.commit_s + dead_result.commit_s,
+                                committed))
 
-    def _collect(self, batch_df) -> tuple[pa.Table, pa.Table]:
+    def _prepare(self, batch_df) -> tuple[BatchRows, BatchRows, Callable[[], None]]:
+        """The batch's output rows and dead letters as Spark plans (nothing is computed yet), and
+        the function that releases the cached classification once both tables are committed."""
         classified = classify(batch_df, self.fmt).persist()
-        try:
-            output = apply_transform(good_rows(classified, self.fmt), self.transform)
-            good = output.toArrow().cast(self.targets.table.schema)
-            dead = dead_letters(classified).toArrow().cast(self.targets.dead_table.schema)
-        finally:
-            classified.unpersist()
-        return good, dead
+        output = apply_transform(good_rows(classified, self.fmt), self.transform)
+        return SparkRows(output), SparkRows(dead_letters(classified)), classified.unpersist
+
+    @staticmethod
+    def _write_and_commit(table: TxnDeltaTable, rows: BatchRows, ranges, epochs, batch_id: int) -> CommitResult:
+        writer = table.file_writer(file_prefix=f"part-b{batch_id}")
+        return table.commit_files(ranges, epochs, lambda plan: rows.write(writer, plan.keep_from))
 
     def _commit_kafka(self, ranges: tuple[OffsetRange, ...], result: CommitResult) -> bool:
         offsets = {r.tp: r.end for r in ranges if r.end > r.start}

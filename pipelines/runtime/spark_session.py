@@ -7,7 +7,8 @@ session is created with the jars bin/bootstrap resolved, so no network is needed
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
 
 from groupmgr.core import ExitCategory, ScgError
 from pipelines.runtime.install_paths import conf_dir, jar_files
@@ -57,6 +58,7 @@ def get_or_create_spark(app_name: str, settings: Mapping[str, str] | None = None
     if active is not None:
         return active
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors write files with our packages
     builder = SparkSession.builder.appName(app_name)
     if _running_under_spark_submit():  # master, jars and JVM options come from spark-submit
         merged = {**(settings or {}), **DELTA_SETTINGS}
@@ -101,6 +103,7 @@ def prepare_session(spark, hadoop_settings: Mapping[str, str] | None = None) -> 
         raise SparkSessionNotReady(
             f"Spark's Kafka source ({KAFKA_SOURCE_CLASS}) is not on the classpath; add "
             "spark-sql-kafka-0-10 with --packages or --jars (see README, Running with spark-submit)")
+    _check_executor_python(spark)
     extensions = spark.conf.get("spark.sql.extensions", "") or ""
     if "DeltaSparkSessionExtension" not in extensions:
         notes.append("spark.sql.extensions has no io.delta.sql.DeltaSparkSessionExtension: the member "
@@ -114,3 +117,32 @@ def _has_class(spark, name: str) -> bool:
         return True
     except Exception:  # noqa: BLE001 - py4j wraps ClassNotFoundException
         return False
+
+
+EXECUTOR_MODULES = ("pyarrow", "deltalake", "pandas")
+
+
+def _check_executor_python(spark) -> None:
+    """Run one tiny task: the executors' Python must import what the data-file writer needs."""
+    try:
+        spark.range(1).mapInArrow(_import_executor_modules, "ok INT").collect()
+    except Exception as exc:  # noqa: BLE001 - any failure here means executors cannot write files
+        detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        missing = [m for m in EXECUTOR_MODULES if f"No module named '{m}'" in str(exc)]
+        what = f"lacks {', '.join(missing)}" if missing else f"failed ({detail})"
+        raise SparkSessionNotReady(
+            f"the executors' Python {what}: executors write the data files with pyarrow and "
+            f"deltalake; point PYSPARK_PYTHON (or spark.pyspark.python) at a Python with this "
+            f"project's packages installed") from None
+
+
+def _import_executor_modules(batches: Iterator) -> Iterator:
+    import importlib
+
+    import pyarrow as pa
+
+    for name in EXECUTOR_MODULES:
+        importlib.import_module(name)
+    for _ in batches:
+        pass
+    yield pa.RecordBatch.from_pylist([{"ok": 1}], schema=pa.schema([("ok", pa.int32())]))

@@ -89,25 +89,24 @@ def test_bad_records_go_once_to_the_dead_letter_table(bootstrap, spark, tmp_path
 
 def test_failed_query_restarts_from_the_table_without_loss_or_duplicates(
         bootstrap, spark, tmp_path, unique_name, monkeypatch):
-    from pipelines import batch_writer, runner as runner_module
+    from pipelines.runtime import runner as runner_module
+    from pipelines.runtime.batch_writer import BatchHooks
 
     topic = unique_name
     create_topic(bootstrap, topic, 2)
     produced = produce(bootstrap, topic, json_events(200))
     config = load_pipeline(write_pipeline(tmp_path / "p.yaml", bootstrap, topic, unique_name, tmp_path))
     partitions = [TopicPartition(topic, p) for p in range(2)]
-    original, calls = batch_writer.BatchWriter.__call__, []
+    calls = []
 
-    def flaky(self, batch_df, batch_id):
+    def fail_first(batch_id, ranges):  # the first batch fails after preparing, before any commit
         calls.append(batch_id)
-        if len(calls) == 1:  # the first batch fails after collecting, before any commit
+        if len(calls) == 1:
             raise RuntimeError("injected transient failure")
-        return original(self, batch_df, batch_id)
 
-    monkeypatch.setattr(batch_writer.BatchWriter, "__call__", flaky)
     monkeypatch.setattr(runner_module, "RESTART_BACKOFF_S", 0.0)
     lines: list[str] = []
-    runner = PipelineRunner(config, spark, out=lines.append,
+    runner = PipelineRunner(config, spark, out=lines.append, hooks=BatchHooks(before_commit=fail_first),
                             member_factory=lambda cfg, lst: StaticMember(lst, partitions))
     _run_until(runner, _recorded_all(runner, partitions, produced))
     assert any("restarting from the table's offsets (1/5)" in line for line in lines)

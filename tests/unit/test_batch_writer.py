@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 
 from groupmgr.core import TopicPartition
-from pipelines.runtime.batch_writer import BatchWriter, TableTargets
+from pipelines.runtime.batch_writer import ArrowRows, BatchWriter, TableTargets
 from groupmgr.core import OffsetRange
 from pipelines.runtime.records import RecordFormat
 from sinks.txn_table import CommitResult, FencedWriterError
@@ -16,11 +16,14 @@ class FakeTable:
     def __init__(self, name, calls, error=None):
         self.name, self.calls, self.error = name, calls, error
 
-    def commit(self, rows, ranges, epochs):
+    def file_writer(self, file_prefix):
+        return None
+
+    def commit_files(self, ranges, epochs, write):
         self.calls.append(self.name)
         if self.error:
             raise self.error
-        return CommitResult(7, rows.num_rows, 0, ())
+        return CommitResult(7, 2, 0, ())
 
 
 class FakeLog:
@@ -34,14 +37,15 @@ def make_writer(calls, table_error=None):
                          commit_kafka=lambda offsets, meta: calls.append(("kafka", offsets, meta)) or True,
                          report=lambda report: calls.append("report"),
                          refused=lambda batch_id, err: calls.append("refused"))
-    writer._collect = lambda df: (pa.table({"offset": [0, 1]}), pa.table({"offset": []}))
+    writer._prepare = lambda df: (ArrowRows(pa.table({"offset": [0, 1]})), ArrowRows(pa.table({"offset": []})),
+                                  lambda: calls.append("released"))
     return writer
 
 
 def test_delta_then_kafka_with_next_offsets_of_nonempty_ranges():
     calls = []
     make_writer(calls)(None, 0)
-    assert calls == ["dead", "table", ("kafka", {TopicPartition("t", 0): 5}, "delta:7"), "report"]
+    assert calls == ["dead", "table", "released", ("kafka", {TopicPartition("t", 0): 5}, "delta:7"), "report"]
 
 
 def test_refused_batch_commits_nothing_to_kafka():
@@ -49,10 +53,10 @@ def test_refused_batch_commits_nothing_to_kafka():
     error = FencedWriterError("tbl", TopicPartition("t", 0), 1, 2)
     with pytest.raises(FencedWriterError):
         make_writer(calls, table_error=error)(None, 0)
-    assert calls == ["dead", "table", "refused"]
+    assert calls == ["dead", "table", "refused", "released"]
 
 
-# -- against real Delta tables (deltalake on tmp_path; only the Spark part, _collect, is stubbed) --
+# -- against real Delta tables (deltalake on tmp_path; only the Spark part, _prepare, is stubbed) --
 OUT_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                         ("value", pa.binary())])
 DEAD_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
@@ -104,7 +108,11 @@ def real_writer(targets, planned, batches, calls):
                          commit_kafka=lambda offsets, meta: calls.append(("kafka", offsets, meta)) or True,
                          report=lambda report: calls.append(report),
                          refused=lambda batch_id, err: calls.append(("refused", err)))
-    writer._collect = lambda batch_id: batches.pop(0)
+    def prepare(batch_df):
+        good, dead = batches.pop(0)
+        return ArrowRows(good), ArrowRows(dead), lambda: None
+
+    writer._prepare = prepare
     return writer
 
 

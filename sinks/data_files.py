@@ -1,0 +1,322 @@
+"""Delta data files written where the rows are, described to the committer by metadata only.
+
+A :class:`DataFileWriter` runs inside a Spark task (an executor's Python worker) or in any
+process: it streams Arrow record batches into Parquet files under the table's location, through
+deltalake's own object store (:class:`deltalake.fs.DeltaStorageHandler`, so every scheme and
+storage option the commit uses works the same: local paths, ``file://``, ``s3://``/``s3a://``,
+``gs://``, ``abfss://``, ``hdfs://``), and returns one :class:`DataFile` per file: relative path,
+size, partition values, record count and Delta statistics. Nothing is committed here: a file
+becomes part of the table only when the driver commits its ``add`` action (see
+:mod:`sinks.txn_table`). A retried or speculative task therefore leaves at most an unreferenced
+file, never a row twice; ``vacuum`` removes unreferenced files once they are older than the
+table's retention.
+
+Rows are filtered by ``keep_from`` while they are written: only rows of the listed partitions at
+or above the partition's offset are kept (a partial replay), and the skipped rows are counted.
+Memory per task is bounded by one row group per open file (``row_group_bytes``), not by the
+batch. Not thread safe; one writer per task.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import math
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from groupmgr.core import TopicPartition
+
+ROW_GROUP_BYTES = 64 * 1024 * 1024
+STRING_STATS_PREFIX = 32          # like delta-spark's dataSkippingStringPrefixLength
+DECIMAL_STATS_MAX_PRECISION = 15  # beyond this a JSON float would not round-trip exactly
+
+# What a Spark task returns per file: metadata only.
+METADATA_SCHEMA = pa.schema([
+    ("path", pa.string()), ("size", pa.int64()), ("partition_values", pa.string()),
+    ("num_records", pa.int64()), ("stats", pa.string()), ("rows_skipped", pa.int64()),
+])
+METADATA_DDL = ("path STRING, size BIGINT, partition_values STRING, num_records BIGINT, "
+                "stats STRING, rows_skipped BIGINT")
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One written Parquet file: ``path`` is relative to the table root and not URI-encoded
+    (deltalake encodes it in the log); ``stats`` is Delta's per-file statistics JSON."""
+
+    path: str
+    size: int
+    partition_values: tuple[tuple[str, str | None], ...]
+    num_records: int
+    stats: str
+
+
+@dataclass(frozen=True)
+class WrittenFiles:
+    """What one write of a batch produced: its files and how many rows it skipped as replays."""
+
+    files: tuple[DataFile, ...] = ()
+    rows_skipped: int = 0
+
+    @property
+    def rows_written(self) -> int:
+        return sum(f.num_records for f in self.files)
+
+    @classmethod
+    def from_metadata(cls, rows: Iterable[Mapping]) -> "WrittenFiles":
+        """Collect the metadata rows of every task (rows without a path only carry a skip count)."""
+        files, skipped = [], 0
+        for row in rows:
+            skipped += int(row["rows_skipped"] or 0)
+            if row["path"] is not None:
+                values = tuple(sorted(json.loads(row["partition_values"]).items()))
+                files.append(DataFile(row["path"], int(row["size"]), values, int(row["num_records"]),
+                                      row["stats"]))
+        return cls(tuple(sorted(files, key=lambda f: f.path)), skipped)
+
+
+@dataclass(frozen=True)
+class DataFileWriter:
+    """Writes a table's data files; picklable (it travels to executors with its storage options,
+    which only the executors' object-store clients read)."""
+
+    table_uri: str
+    schema: pa.Schema                          # the table's schema, partition columns included
+    partition_by: tuple[str, ...] = ()
+    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    file_prefix: str = "part"
+    row_group_bytes: int = ROW_GROUP_BYTES
+
+    @property
+    def file_schema(self) -> pa.Schema:
+        """The schema inside the Parquet files: partition columns live in the log, not the files."""
+        return pa.schema([f for f in self.schema if f.name not in self.partition_by])
+
+    def write(self, batches: Iterable[pa.RecordBatch],
+              keep_from: Mapping[TopicPartition, int] | None = None) -> WrittenFiles:
+        """Write ``batches`` (rows carrying ``topic``, ``partition``, ``offset``) into new files.
+
+        ``keep_from``: when given, only rows of those partitions at or above their offset are
+        written; the others are counted as skipped. Returns the files written (none for no rows)."""
+        from deltalake.fs import DeltaStorageHandler
+        from pyarrow.fs import PyFileSystem
+
+        fs = PyFileSystem(DeltaStorageHandler(self.table_uri, dict(self.storage_options) or None))
+        open_files: dict[tuple[tuple[str, str | None], ...], _OpenFile] = {}
+        skipped = 0
+        try:
+            for batch in batches:
+                table = pa.Table.from_batches([batch]).cast(self.schema)
+                if keep_from is not None:
+                    kept = table.filter(_keep_mask(table, keep_from))
+                    skipped += table.num_rows - kept.num_rows
+                    table = kept
+                for values, part in self._split(table):
+                    if values not in open_files:
+                        open_files[values] = _OpenFile(fs, self._new_path(values), self.file_schema,
+                                                       self.row_group_bytes)
+                    open_files[values].add(part.select(self.file_schema.names))
+            return WrittenFiles(tuple(sorted((f.close(values) for values, f in open_files.items()),
+                                             key=lambda f: f.path)), skipped)
+        except BaseException:
+            for f in open_files.values():
+                f.abandon()
+            raise
+
+    def write_metadata(self, batches: Iterator[pa.RecordBatch],
+                       keep_from: Mapping[TopicPartition, int] | None = None) -> Iterator[pa.RecordBatch]:
+        """:meth:`write` shaped for ``DataFrame.mapInArrow``: yields the files' metadata rows
+        (plus one path-less row carrying the skip count)."""
+        written = self.write(batches, keep_from)
+        rows = [{"path": f.path, "size": f.size, "partition_values": json.dumps(dict(f.partition_values)),
+                 "num_records": f.num_records, "stats": f.stats, "rows_skipped": 0} for f in written.files]
+        rows.append({"path": None, "size": None, "partition_values": None, "num_records": None,
+                     "stats": None, "rows_skipped": written.rows_skipped})
+        yield pa.RecordBatch.from_pylist(rows, schema=METADATA_SCHEMA)
+
+    def _split(self, table: pa.Table) -> Iterator[tuple[tuple[tuple[str, str | None], ...], pa.Table]]:
+        if table.num_rows == 0:
+            return
+        if not self.partition_by:
+            yield (), table
+            return
+        keys = table.select(list(self.partition_by))
+        for group in keys.group_by(list(self.partition_by), use_threads=False).aggregate([]).to_pylist():
+            mask = None
+            for column, value in group.items():
+                test = pc.is_null(table[column]) if value is None else pc.equal(table[column], value)
+                mask = test if mask is None else pc.and_(mask, test)
+            values = tuple((c, partition_value_text(group[c])) for c in self.partition_by)
+            yield values, table.filter(mask)
+
+    def _new_path(self, values: tuple[tuple[str, str | None], ...]) -> str:
+        directory = "".join(f"{column}={_escape(value)}/" for column, value in values)
+        return f"{directory}{self.file_prefix}-{uuid.uuid4().hex}.snappy.parquet"
+
+
+class _OpenFile:
+    """One Parquet file being written: buffers up to one row group, keeps running statistics."""
+
+    def __init__(self, fs, path: str, schema: pa.Schema, row_group_bytes: int):
+        self.fs, self.path, self.row_group_bytes = fs, path, row_group_bytes
+        self.stream = fs.open_output_stream(path)
+        self.writer = pq.ParquetWriter(self.stream, schema, compression="snappy")
+        self.buffer: list[pa.Table] = []
+        self.buffered = 0
+        self.stats = StatsCollector(schema)
+
+    def add(self, table: pa.Table) -> None:
+        self.stats.add(table)
+        self.buffer.append(table)
+        self.buffered += table.nbytes
+        if self.buffered >= self.row_group_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.buffer:
+            self.writer.write_table(pa.concat_tables(self.buffer))
+            self.buffer, self.buffered = [], 0
+
+    def close(self, values) -> DataFile:
+        self._flush()
+        self.writer.close()
+        self.stream.close()
+        size = self.fs.get_file_info(self.path).size
+        return DataFile(self.path, int(size), values, self.stats.num_records, self.stats.to_json())
+
+    def abandon(self) -> None:
+        try:
+            self.writer.close()
+            self.stream.close()
+        except Exception:  # noqa: BLE001 - the file is unreferenced either way; vacuum removes it
+            pass
+
+
+def _keep_mask(table: pa.Table, keep_from: Mapping[TopicPartition, int]) -> pa.Array:
+    mask = pa.array([False] * table.num_rows, pa.bool_())
+    for tp, first in keep_from.items():
+        in_partition = pc.and_(pc.equal(table["topic"], tp.topic), pc.equal(table["partition"], tp.partition))
+        mask = pc.or_(mask, pc.and_(in_partition, pc.greater_equal(table["offset"], first)))
+    return mask
+
+
+def _escape(value: str | None) -> str:
+    """A partition value as a directory name (Hive style; null is ``__HIVE_DEFAULT_PARTITION__``)."""
+    if value is None:
+        return "__HIVE_DEFAULT_PARTITION__"
+    return quote(value, safe="-_.~")
+
+
+def partition_value_text(value) -> str | None:
+    """Delta's string form of a partition value (protocol: partition value serialization; an
+    empty string is null)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dt.datetime):
+        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None) if value.tzinfo else value
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.decode("latin-1")
+    return str(value)
+
+
+class StatsCollector:
+    """Delta per-file statistics (numRecords, minValues, maxValues, nullCount), accumulated over
+    the chunks of one file, in the JSON form delta-rs and delta-spark write and read.
+
+    Min/max are kept for numbers, booleans, dates, timestamps, strings (min cut to a 32-character
+    prefix; max dropped when longer, since a cut max would be too small) and decimals up to
+    precision 15; nested structs recurse; binary, list and map columns get no statistics.
+    Timestamps are written in milliseconds, min rounded down and max up, so the bounds hold."""
+
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema
+        self.num_records = 0
+        self._min: dict[tuple[str, ...], object] = {}
+        self._max: dict[tuple[str, ...], object] = {}
+        self._nulls: dict[tuple[str, ...], int] = {}
+        self._no_max: set[tuple[str, ...]] = set()
+
+    def add(self, table: pa.Table) -> None:
+        self.num_records += table.num_rows
+        for fld in self.schema:
+            self._column((fld.name,), fld.type, table[fld.name].combine_chunks())
+
+    def _column(self, name: tuple[str, ...], type_: pa.DataType, array: pa.Array) -> None:
+        if pa.types.is_struct(type_):
+            for index, child in enumerate(array.flatten()):
+                self._column(name + (type_.field(index).name,), type_.field(index).type, child)
+            return
+        if not _has_stats(type_):
+            return
+        self._nulls[name] = self._nulls.get(name, 0) + array.null_count
+        if pa.types.is_floating(type_):
+            array = pc.filter(array, pc.invert(pc.is_nan(array)))
+        if len(array) == array.null_count:
+            return
+        bounds = pc.min_max(array).as_py()
+        low, high = bounds["min"], bounds["max"]
+        if name not in self._min or low < self._min[name]:
+            self._min[name] = low
+        if name not in self._max or high > self._max[name]:
+            self._max[name] = high
+
+    def to_json(self) -> str:
+        mins, maxs, nulls = {}, {}, {}
+        for name, count in self._nulls.items():
+            _put(nulls, name, count)
+        for name, value in self._min.items():
+            text = _stat_value(value, upper=False)
+            if text is not None:
+                _put(mins, name, text)
+        for name, value in self._max.items():
+            text = _stat_value(value, upper=True)
+            if text is not None:
+                _put(maxs, name, text)
+        return json.dumps({"numRecords": self.num_records, "minValues": mins, "maxValues": maxs,
+                           "nullCount": nulls}, separators=(",", ":"))
+
+
+def _has_stats(type_: pa.DataType) -> bool:
+    if pa.types.is_decimal(type_):
+        return type_.precision <= DECIMAL_STATS_MAX_PRECISION
+    return (pa.types.is_integer(type_) or pa.types.is_floating(type_) or pa.types.is_boolean(type_)
+            or pa.types.is_date(type_) or pa.types.is_string(type_) or pa.types.is_large_string(type_)
+            or (pa.types.is_timestamp(type_) and type_.tz is not None))
+
+
+def _stat_value(value, upper: bool):
+    if isinstance(value, dt.datetime):
+        value = value.astimezone(dt.timezone.utc)
+        millis = value.replace(microsecond=value.microsecond // 1000 * 1000)
+        if upper and millis != value:
+            millis += dt.timedelta(milliseconds=1)
+        return millis.strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis.microsecond // 1000:03d}Z"
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, str):
+        if len(value) <= STRING_STATS_PREFIX:
+            return value
+        return None if upper else value[:STRING_STATS_PREFIX]
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, float) and math.isinf(value):
+        return None
+    return value
+
+
+def _put(tree: dict, name: Sequence[str], value) -> None:
+    for part in name[:-1]:
+        tree = tree.setdefault(part, {})
+    tree[name[-1]] = value
