@@ -10,7 +10,7 @@ from deltalake import DeltaTable
 
 from groupmgr.core import TopicPartition
 from groupmgr.core import OffsetRange
-from sinks.txn_table import FencedWriterError, OffsetGapError, TxnDeltaTable
+from sinks.txn_table import FencedWriterError, OffsetGapError, TxnDeltaTable, read_recorded_offsets
 
 pytestmark = pytest.mark.integration
 SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
@@ -216,3 +216,47 @@ def test_cas_loser_of_a_race_with_a_new_claim_is_fenced_and_writes_nothing(tmp_p
     assert loser.raced and coordinates(tmp_path / "t") == []
     assert other.recorded_offsets([T0]) == {T0: None}
     assert other.snapshot().transaction_version(other.owner_app_id(T0)) == epochs[T0] + 1
+
+
+def test_read_recorded_offsets_without_creating_the_table(tmp_path):
+    path = tmp_path / "t"
+    assert read_recorded_offsets(str(path), "app", [T0]) == {} and not path.exists()
+    table = TxnDeltaTable(str(path), "app", SCHEMA)
+    epochs = table.claim([T0, T1])
+    table.commit(rows(T0, range(3)), [OffsetRange("t", 0, 0, 3)], epochs)
+    assert read_recorded_offsets(path, "app", [T0, T1]) == {T0: 3, T1: None}
+    assert read_recorded_offsets(str(path), "other-app", [T0]) == {T0: None}
+
+
+def test_storage_options_reach_every_deltalake_call(tmp_path, monkeypatch):
+    """S3 and friends are configured through storage options: every table open and the creating
+    write must carry them (a local table ignores them, so the calls are recorded)."""
+    import sinks.txn_table as txn_table
+    opened, created = [], []
+    real_table, real_write = txn_table.DeltaTable, txn_table.write_deltalake
+
+    def open_table(path, storage_options=None):
+        opened.append((str(path), storage_options))
+        return real_table(path, storage_options=storage_options)
+
+    def write(target, data, **kwargs):
+        if isinstance(target, str):
+            created.append((target, kwargs.get("storage_options")))
+        return real_write(target, data, **kwargs)
+
+    monkeypatch.setattr(txn_table, "DeltaTable", open_table)
+    monkeypatch.setattr(txn_table, "write_deltalake", write)
+    options = {"aws_region": "eu-west-1"}
+    path = str(tmp_path / "t")
+    table = TxnDeltaTable(path, "app", SCHEMA, storage_options=options)
+    epochs = table.claim([T0])
+    table.commit(rows(T0, range(2)), [OffsetRange("t", 0, 0, 2)], epochs)
+    assert table.recorded_offsets([T0]) == {T0: 2}
+    assert read_recorded_offsets(path, "app", [T0], storage_options=options) == {T0: 2}
+    assert created == [(path, options)]
+    assert opened and all(o == (path, options) for o in opened)
+    opened.clear()
+    plain = TxnDeltaTable(str(tmp_path / "u"), "app", SCHEMA)
+    plain.claim([T0])
+    assert read_recorded_offsets(str(tmp_path / "u"), "app", [T0]) == {T0: None}
+    assert opened and all(o == (str(tmp_path / "u"), None) for o in opened)

@@ -114,12 +114,12 @@ def test_smallest_valid_interval_is_accepted():
 
 
 def test_in_flight_and_last_times_follow_the_events(timer, clock):
-    assert not timer.in_flight and timer.last_sent is None and timer.last_received is None
+    assert timer.in_flight is False and timer.last_sent is None and timer.last_received is None
     for end in (timer.received, timer.failed, timer.reset):
         timer.sent()
-        assert timer.in_flight
+        assert timer.in_flight is True
         end()
-        assert not timer.in_flight
+        assert timer.in_flight is False
 
 
 def test_every_event_uses_an_explicit_now_instead_of_the_clock(timer, clock):

@@ -1,0 +1,152 @@
+"""What the member puts on the wire: every field of JoinGroup / SyncGroup / Heartbeat / LeaveGroup,
+the time it allows each request, the rejoin reason the broker is told, and how LeaveGroup answers are
+read. Checked on the real kafka-python request objects the scripted ``FakeCoordinator`` receives."""
+from __future__ import annotations
+
+import pytest
+from kafka.protocol.consumer import LeaveGroupResponse
+
+from groupmgr.consumer_protocol import decode_subscription
+from groupmgr.coordinator_client import CoordinatorClient
+from groupmgr.group_errors import GroupAuthorizationFailed, UnknownMemberId
+from groupmgr.member import GroupMember
+from groupmgr.rebalance import _subscription_version, send_leave_group
+from tests.unit.fake_coordinator import WAIT, FakeCoordinator, Recorder, config
+
+
+@pytest.fixture
+def fake() -> FakeCoordinator:
+    return FakeCoordinator({"t": 2})
+
+
+@pytest.fixture
+def started(fake):
+    members: list[GroupMember] = []
+
+    def start(**overrides) -> tuple[GroupMember, Recorder]:
+        recorder = Recorder()
+        member = GroupMember(config(**{"topics": ("t",), **overrides}), recorder, transport=fake).start()
+        members.append(member)
+        assert member.wait_until_stable(WAIT)
+        return member, recorder
+
+    yield start
+    for member in members:
+        member.close(timeout_s=5)
+
+
+def allowed(fake, api: str) -> set[float]:
+    with fake.lock:
+        return {t for name, t in fake.timeouts if name == api + "Request"}
+
+
+def test_join_sync_heartbeat_and_leave_carry_the_members_settings(fake, started):
+    member, _ = started(group_instance_id="i-1", rack_id="rack-a", assignors=("roundrobin", "range"),
+                        session_timeout_ms=600, rebalance_timeout_ms=3000, request_timeout_ms=1000)
+    assert fake.wait_for(lambda: len(fake.requests("Heartbeat")) >= 1, WAIT)
+    member.close(leave_group=True, timeout_s=5)
+    join = fake.requests("JoinGroup")[-1]
+    assert (join.group_id, join.member_id, join.group_instance_id, join.protocol_type) == ("g", "", "i-1", "consumer")
+    assert (join.session_timeout_ms, join.rebalance_timeout_ms, join.reason) == (600, 3000, "initial join")
+    assert [p.name for p in join.protocols] == ["roundrobin", "range"]
+    offered = decode_subscription(join.protocols[0].metadata).subscription
+    assert (offered.topics, offered.rack_id, offered.generation_id) == (("t",), "rack-a", -1)
+    sync = fake.requests("SyncGroup")[-1]
+    assert (sync.group_id, sync.generation_id, sync.member_id, sync.group_instance_id) == ("g", 1, "s-1", "i-1")
+    assert (sync.protocol_type, sync.protocol_name) == ("consumer", "roundrobin")
+    beat = fake.requests("Heartbeat")[-1]
+    assert (beat.group_id, beat.generation_id, beat.member_id, beat.group_instance_id) == ("g", 1, "s-1", "i-1")
+    leave = fake.requests("LeaveGroup")[-1]
+    assert (leave.group_id, leave.member_id) == ("g", "s-1")
+    assert [(m.member_id, m.group_instance_id, m.reason) for m in leave.members] == [("s-1", "i-1", "closing")]
+    assert allowed(fake, "JoinGroup") == allowed(fake, "SyncGroup") == {3.0 + 5.0}   # rebalance timeout + 5 s
+    assert allowed(fake, "Heartbeat") == {0.6}          # min(request timeout 1 s, session 0.6 s)
+    assert allowed(fake, "LeaveGroup") == {1.0}         # min(5 s, request timeout)
+
+
+def test_heartbeat_waits_at_most_the_request_timeout(fake, started):
+    started(session_timeout_ms=6000, heartbeat_interval_ms=20, request_timeout_ms=1000)
+    assert fake.wait_for(lambda: len(fake.requests("Heartbeat")) >= 1, WAIT)
+    assert allowed(fake, "Heartbeat") == {1.0}
+
+
+def test_a_rejoin_after_the_first_generation_offers_what_the_member_owned(fake, started):
+    member, rec = started(assignors=("sticky",))
+    with fake.lock:
+        fake.rebalance_pending = True
+    assert rec.wait(lambda ev: [e[0] for e in ev].count("assigned") == 2)
+    join = fake.requests("JoinGroup")[-1]
+    assert join.reason == "rebalance in progress"
+    offered = decode_subscription(join.protocols[0].metadata).subscription
+    assert offered.generation_id == 1 and sorted(offered.owned_partitions) == sorted(member.assignment)
+
+
+@pytest.mark.parametrize("code, reason", [(22, "fenced: ILLEGAL_GENERATION"), (25, "fenced: UNKNOWN_MEMBER_ID")])
+def test_a_fenced_member_tells_the_broker_why_it_rejoins_and_offers_nothing(fake, started, code, reason):
+    member, rec = started(assignors=("sticky",))
+    fake.inject("Heartbeat", code)
+    assert rec.wait(lambda ev: [e[0] for e in ev].count("assigned") == 2)
+    join = fake.requests("JoinGroup")[-1]
+    assert join.reason == reason
+    offered = decode_subscription(join.protocols[0].metadata).subscription
+    assert offered.owned_partitions == () and offered.generation_id == -1   # a lost generation owns nothing
+
+
+def test_partition_count_change_is_the_rejoin_reason(fake, started):
+    member, rec = started(metadata_max_age_ms=30)
+    with fake.lock:
+        fake.partitions["t"] = 3
+    assert rec.wait(lambda ev: [e[0] for e in ev].count("assigned") == 2)
+    assert fake.requests("JoinGroup")[-1].reason == "partition counts changed"
+
+
+def test_topic_pattern_change_is_the_rejoin_reason(fake, started):
+    member, rec = started(topics=(), topic_pattern="t.*", metadata_max_age_ms=30)
+    with fake.lock:
+        fake.partitions["t2"] = 1
+    assert rec.wait(lambda ev: [e[0] for e in ev].count("assigned") == 2)
+    assert fake.requests("JoinGroup")[-1].reason == "subscribed topics changed"
+
+
+# -- LeaveGroup answers ---------------------------------------------------------------------------
+class LeaveAnswers(FakeCoordinator):
+    """Answers LeaveGroup with a top-level code and per-member codes."""
+
+    def __init__(self, top: int, members: list[int]):
+        super().__init__({})
+        self.top, self.member_codes = top, members
+
+    def _LeaveGroupRequest(self, r, v):
+        members = [LeaveGroupResponse.MemberResponse(member_id=r.member_id, group_instance_id=None, error_code=c)
+                   for c in self.member_codes]
+        return LeaveGroupResponse(version=v, error_code=self.top, members=members)
+
+
+@pytest.mark.parametrize("top, members", [(0, []), (25, []), (0, [0]), (0, [25]), (25, [25, 0])])
+def test_leave_accepts_success_and_already_gone(top, members):
+    client = CoordinatorClient(LeaveAnswers(top, members), "g")
+    send_leave_group(client, "g", "m-1", None, "closing", 1.0)
+
+
+@pytest.mark.parametrize("top, members", [(30, []), (0, [30]), (25, [0, 30])])
+def test_leave_raises_any_other_error_top_level_or_per_member(top, members):
+    client = CoordinatorClient(LeaveAnswers(top, members), "g")
+    with pytest.raises(GroupAuthorizationFailed):
+        send_leave_group(client, "g", "m-1", None, "closing", 1.0)
+
+
+def test_leave_sends_one_request_for_this_member():
+    fake = FakeCoordinator({})
+    send_leave_group(CoordinatorClient(fake, "g"), "grp", "m-7", "i-7", "bye", 1.0)
+    leave = fake.requests("LeaveGroup")[0]
+    assert (leave.group_id, leave.member_id) == ("grp", "m-7")
+    assert [(m.member_id, m.group_instance_id, m.reason) for m in leave.members] == [("m-7", "i-7", "bye")]
+    assert UnknownMemberId.error_code == 25
+
+
+# -- the subscription version a member understands ----------------------------------------------
+@pytest.mark.parametrize("metadata, version", [
+    (b"", 0), (b"\x00", 0), (b"\x00\x00", 0), (b"\x00\x03", 3), (b"\x00\x01\x02\x03", 1),
+    (b"\x01\x00", 256), (b"\xff\xff\x00", -1), (bytearray(b"\x00\x02"), 2)])
+def test_subscription_version_is_the_first_two_bytes_signed_big_endian(metadata, version):
+    assert _subscription_version(metadata) == version
