@@ -22,6 +22,7 @@ partition never both win. Thread safety: none; one instance per writer thread.
 """
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -43,6 +44,29 @@ class SinkError(ScgError):
     """The Delta table could not take a commit (see the subclasses for the named cases)."""
 
     condition = "SINK_ERROR"
+
+
+class StorageUnavailable(SinkError):
+    """The table's storage cannot be read or written: unreachable endpoint, refused credentials,
+    missing bucket. ``reason`` is the storage client's own last word."""
+
+    condition = "STORAGE_UNAVAILABLE"
+
+    def __init__(self, path: str, cause: BaseException):
+        self.path, self.reason = path, storage_error_reason(cause)
+        super().__init__(f"{path}: the table's storage failed: {self.reason} (check storage.endpoint, "
+                         "the credentials and the bucket)")
+
+
+def storage_error_reason(error: BaseException) -> str:
+    """The innermost cause of a deltalake storage error, one line, without terminal colours."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    parts = [p.strip() for p in re.split(r"↳|\n", text) if p.strip()]
+    reason = parts[-1] if parts else type(error).__name__
+    code = re.search(r"<Code>([^<]+)</Code>", text)
+    if code:
+        return code.group(1)
+    return reason[:300]
 
 
 class FencedWriterError(SinkError):
@@ -115,13 +139,17 @@ class TxnDeltaTable:
 
     # -- reads ---------------------------------------------------------------------------------
     def snapshot(self) -> DeltaTable:
-        """The latest snapshot; creates the (empty) table on first use."""
-        for _ in range(COMMIT_ATTEMPTS):
-            try:
-                return DeltaTable(self.path, storage_options=self.storage_options or None)
-            except TableNotFoundError:
-                self._create()
-        return DeltaTable(self.path, storage_options=self.storage_options or None)
+        """The latest snapshot; creates the (empty) table on first use. Raises StorageUnavailable
+        when the storage cannot be reached or refuses access."""
+        try:
+            for _ in range(COMMIT_ATTEMPTS):
+                try:
+                    return DeltaTable(self.path, storage_options=self.storage_options or None)
+                except TableNotFoundError:
+                    self._create()
+            return DeltaTable(self.path, storage_options=self.storage_options or None)
+        except OSError as exc:
+            raise StorageUnavailable(self.path, exc) from None
 
     def recorded_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         table = self.snapshot()
@@ -214,6 +242,8 @@ class TxnDeltaTable:
                                            commit_properties=properties)
         except CommitFailedError:
             return False
+        except OSError as exc:
+            raise StorageUnavailable(self.path, exc) from None
         return True
 
     @staticmethod

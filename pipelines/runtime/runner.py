@@ -67,6 +67,8 @@ class PipelineRunner:
         for note in prepare_session(spark, config.storage.hadoop_settings()):
             self.progress.note(note)
         self.tables = open_tables(config, spark)
+        for table in (self.tables.table, self.tables.dead_table):
+            table.snapshot()  # the storage answers now, or a named error before joining the group
         self.watermarks = Watermarks(config.kafka.confluent_config())
         self.member = (member_factory or group_member_factory)(config, self)
         self._lock = threading.RLock()
