@@ -16,8 +16,10 @@ SPARK_HOME = Path(pyspark.__file__).parent
 
 
 class StandaloneCluster:
-    def __init__(self, work_dir: Path, cores: int = 1, memory: str = "1g"):
-        self.work_dir, self.cores, self.memory = Path(work_dir), cores, memory
+    """A master and ``workers`` workers (each with ``cores`` cores and ``memory``) on loopback."""
+
+    def __init__(self, work_dir: Path, cores: int = 1, memory: str = "1g", workers: int = 1):
+        self.work_dir, self.cores, self.memory, self.workers = Path(work_dir), cores, memory, workers
         self.port = free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self.procs: list[subprocess.Popen] = []
@@ -26,10 +28,11 @@ class StandaloneCluster:
         self._daemon("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                      "--port", str(self.port), "--webui-port", str(free_port()))
         self._wait_log("master", "I have been elected leader", 60)
-        self._daemon("worker", "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
-                     "--cores", str(self.cores), "--memory", self.memory,
-                     "--webui-port", str(free_port()), "--work-dir", str(self.work_dir / "work"))
-        self._wait_log("master", "Registering worker", 60)
+        for index in range(self.workers):
+            self._daemon(f"worker-{index}", "org.apache.spark.deploy.worker.Worker", self.url,
+                         "--host", "127.0.0.1", "--cores", str(self.cores), "--memory", self.memory,
+                         "--webui-port", str(free_port()), "--work-dir", str(self.work_dir / f"work-{index}"))
+        self._wait_log("master", "Registering worker", 60, count=self.workers)
         return self
 
     def _daemon(self, name: str, cls: str, *args: str) -> None:
@@ -39,10 +42,10 @@ class StandaloneCluster:
                                            stdout=log, stderr=subprocess.STDOUT, env=env,
                                            start_new_session=True))
 
-    def _wait_log(self, name: str, text: str, timeout_s: float) -> None:
+    def _wait_log(self, name: str, text: str, timeout_s: float, count: int = 1) -> None:
         deadline = time.monotonic() + timeout_s
         path = self.work_dir / f"{name}.log"
-        while text not in path.read_text(errors="replace"):
+        while path.read_text(errors="replace").count(text) < count:
             if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
                 raise RuntimeError(f"standalone {name} did not report {text!r}:\n{path.read_text()[-3000:]}")
             time.sleep(0.2)
