@@ -320,3 +320,32 @@ def _put(tree: dict, name: Sequence[str], value) -> None:
     for part in name[:-1]:
         tree = tree.setdefault(part, {})
     tree[name[-1]] = value
+
+
+@dataclass(frozen=True)
+class UnreferencedFiles:
+    """Data files under a table that its current version does not reference: left by a retried
+    task or by a driver that stopped between writing and committing (and, after an OPTIMIZE, the
+    files it replaced). ``VACUUM`` deletes them once they are older than the retention period."""
+
+    count: int
+    bytes: int
+
+
+def unreferenced_files(table_uri: str, storage_options: Mapping[str, str] | None = None) -> UnreferencedFiles:
+    """List the table's location and compare it with the current version's files. Lists the
+    whole location: an on-demand report (``scg describe``), never on the write path."""
+    from urllib.parse import unquote
+
+    from deltalake import DeltaTable
+    from deltalake.fs import DeltaStorageHandler
+    from pyarrow.fs import FileSelector, FileType, PyFileSystem
+
+    options = dict(storage_options or {}) or None
+    actions = pa.table(DeltaTable(table_uri, storage_options=options).get_add_actions(flatten=True))
+    referenced = {unquote(path) for path in actions["path"].to_pylist()}  # the log holds URIs
+    fs = PyFileSystem(DeltaStorageHandler(table_uri, options))
+    orphans = [info for info in fs.get_file_info(FileSelector("", recursive=True))
+               if info.type == FileType.File and info.path.endswith(".parquet")
+               and not info.path.startswith("_delta_log") and info.path not in referenced]
+    return UnreferencedFiles(len(orphans), sum(info.size or 0 for info in orphans))

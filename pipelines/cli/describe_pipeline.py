@@ -41,6 +41,7 @@ def _describe_pipeline(path: str, as_json: bool) -> int:
     from pipelines.config import load_pipeline
     from pipelines.runtime.runner import resolve_topics
     from pipelines.runtime.watermarks import watermarks
+    from sinks.data_files import unreferenced_files
     from sinks.txn_table import read_recorded_offsets
 
     config = load_pipeline(path)
@@ -52,14 +53,31 @@ def _describe_pipeline(path: str, as_json: bool) -> int:
     _, log_end = watermarks(config.kafka.confluent_config(), partitions)
     group = {(p.topic, p.partition): p for p in desc.partitions}
     rows = [_row(tp, delta.get(tp), group.get(tuple(tp)), log_end.get(tp)) for tp in partitions]
+    orphans = {path: _unreferenced(unreferenced_files, path, config.storage.delta_storage_options())
+               for path in (config.sink.path, config.sink.dead_letter_path)}
     if as_json:
         print(json.dumps({"group": to_json(desc), "table": config.sink.path,
-                          "partitions": [asdict(r) for r in rows]}, indent=2))
+                          "partitions": [asdict(r) for r in rows],
+                          "unreferenced_files": orphans}, indent=2))
     else:
         print(format_table(desc))
         print(f"\nDelta table {config.sink.path}")
         print(_table(rows))
+        for path, found in orphans.items():
+            if found and found["count"]:
+                print(f"{path}: {found['count']} unreferenced data file(s), {found['bytes']} bytes "
+                      "(from retried tasks or a stop between write and commit; VACUUM removes them)")
     return 0
+
+
+def _unreferenced(report, path, options) -> dict | None:
+    """The table's unreferenced files, or None when the table does not exist yet."""
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return asdict(report(path, options))
+    except TableNotFoundError:
+        return None
 
 
 def _topic_partitions(config, topics) -> list[TopicPartition]:

@@ -35,9 +35,12 @@ class BatchHooks:
     """Points where a test may act on a batch in flight (fault injection is passed in, never read
     from the environment). Each hook gets the batch id and its planned ranges; the defaults do
     nothing. ``before_commit`` runs after the rows are prepared and before the first Delta commit;
-    ``after_delta_commit`` after both Delta commits and before the Kafka offset commit."""
+    ``files_written`` each time the executors have written a table's files and before the driver
+    commits them; ``after_delta_commit`` after both Delta commits and before the Kafka offset
+    commit."""
 
     before_commit: Callable[[int, tuple[OffsetRange, ...]], None] = lambda batch_id, ranges: None
+    files_written: Callable[[int, tuple[OffsetRange, ...]], None] = lambda batch_id, ranges: None
     after_delta_commit: Callable[[int, tuple[OffsetRange, ...]], None] = lambda batch_id, ranges: None
 
 
@@ -148,10 +151,16 @@ class BatchWriter:
         output = apply_transform(good_rows(classified, self.fmt), self.transform)
         return SparkRows(output), SparkRows(dead_letters(classified)), classified.unpersist
 
-    @staticmethod
-    def _write_and_commit(table: TxnDeltaTable, rows: BatchRows, ranges, epochs, batch_id: int) -> CommitResult:
+    def _write_and_commit(self, table: TxnDeltaTable, rows: BatchRows, ranges, epochs,
+                          batch_id: int) -> CommitResult:
         writer = table.file_writer(file_prefix=f"part-b{batch_id}")
-        return table.commit_files(ranges, epochs, lambda plan: rows.write(writer, plan.keep_from))
+
+        def write(plan) -> WrittenFiles:
+            written = rows.write(writer, plan.keep_from)
+            self.hooks.files_written(batch_id, ranges)
+            return written
+
+        return table.commit_files(ranges, epochs, write)
 
     def _commit_kafka(self, ranges: tuple[OffsetRange, ...], result: CommitResult) -> bool:
         offsets = {r.tp: r.end for r in ranges if r.end > r.start}

@@ -97,13 +97,8 @@ def test_crash_between_delta_commit_and_kafka_commit(bootstrap, spark, pipeline,
     from the table (not the stale group offset), nothing is written twice, and once it commits
     again the group's offsets equal the table's."""
     path, config = pipeline
-    hold = tmp_path / "hold-after-delta"
     producer = SteadyProducer(bootstrap, config.topics[0]).start()
-    a = MemberProcess("a", path, tmp_path, command=["-m", "tests.support.member_with_hooks", str(path),
-                                                    "--hold-after-delta", str(hold)])
-    wait_until(lambda: _all_owned_once([a]) and a.count(r"batch \d+"), 240, "a writing")
-    hold.touch()
-    wait_until(lambda: Path(f"{hold}.waiting").exists(), 60, "a batch committed to Delta, not yet to Kafka")
+    a = _member_held_at("--hold-after-delta", path, tmp_path, "a batch committed to Delta, not yet to Kafka")
     partitions = [tp for tp in log_end_offsets(producer.acked)]
     table = read_recorded_offsets(config.sink.path, config.name, partitions)
     committed = _group_offsets(bootstrap, config.group.id)
@@ -125,9 +120,44 @@ def test_crash_between_delta_commit_and_kafka_commit(bootstrap, spark, pipeline,
     assert set(rows) == acked
 
 
+def _member_held_at(flag: str, path: Path, tmp_path: Path, what: str) -> MemberProcess:
+    """Member "a" with a test hook (``flag`` of tests/support/member_with_hooks.py), once it owns
+    every partition and writes, held inside its next batch at that hook point."""
+    hold = tmp_path / flag.lstrip("-")
+    member = MemberProcess("a", path, tmp_path, command=["-m", "tests.support.member_with_hooks", str(path),
+                                                         flag, str(hold)])
+    wait_until(lambda: _all_owned_once([member]) and member.count(r"batch \d+"), 240, "a writing")
+    hold.touch()
+    wait_until(lambda: Path(f"{hold}.waiting").exists(), 60, what)
+    return member
+
+
 def _group_offsets(bootstrap, group_id):
     from groupmgr.core import TopicPartition
 
     description = describe_group(bootstrap, group_id)
     return {TopicPartition(p.topic, p.partition): p.committed for p in description.partitions
             if p.committed is not None}
+
+
+def test_driver_killed_between_files_written_and_commit(bootstrap, spark, pipeline, tmp_path):
+    """SIGKILL after the executors wrote a batch's files and before the driver committed them: the
+    files stay unreferenced (reported by describe), the next owner replays the batch, and the table
+    is exact."""
+    import json
+    import subprocess
+
+    from pipelines.runtime.install_paths import PROJECT_ROOT
+
+    path, config = pipeline
+    producer = SteadyProducer(bootstrap, config.topics[0]).start()
+    a = _member_held_at("--hold-after-files", path, tmp_path, "a batch's files written, not committed")
+    a.kill()
+    b = MemberProcess("b", path, tmp_path)
+    wait_until(lambda: _all_owned_once([b]) and b.count(r"batch \d+"), 240, "b owning and writing")
+    _assert_exact(spark, config, producer, [b])
+    described = subprocess.run([str(PROJECT_ROOT / "bin" / "scg"), "describe", "--pipeline", str(path), "--json"],
+                               capture_output=True, text=True, timeout=300)
+    assert described.returncode == 0, described.stderr
+    orphans = json.loads(described.stdout)["unreferenced_files"]
+    assert sum(found["count"] for found in orphans.values() if found) >= 1

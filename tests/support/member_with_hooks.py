@@ -2,6 +2,8 @@
 
 ``--hold H``: while the file ``H`` exists, a prepared batch waits before its Delta commit, after
 creating ``H.waiting`` so the test knows a batch is in flight.
+``--hold-after-files H``: the same, after the executors wrote a table's data files and before the
+driver commits them (a crash there leaves unreferenced files, never rows).
 ``--hold-after-delta H``: the same, after the batch's Delta commits and before its Kafka offset
 commit (the window a crash must survive, docs/DESIGN.md invariant 4).
 Each hold is bounded (300 s). The hooks are passed to the runner (``BatchHooks``); production code
@@ -36,9 +38,11 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("file")
     parser.add_argument("--hold", type=Path)
+    parser.add_argument("--hold-after-files", type=Path)
     parser.add_argument("--hold-after-delta", type=Path)
     args = parser.parse_args(argv)
     hooks = BatchHooks(before_commit=hold_while_exists(args.hold),
+                       files_written=hold_while_exists(args.hold_after_files),
                        after_delta_commit=hold_while_exists(args.hold_after_delta))
     run_pipeline(load_pipeline(args.file), hooks=hooks)
     return 0

@@ -144,3 +144,17 @@ def test_stats_recurse_into_structs_and_merge_chunks():
 ])
 def test_partition_values_use_deltas_string_forms(value, text):
     assert partition_value_text(value) == text
+
+
+def test_files_written_but_never_committed_are_reported_as_unreferenced(tmp_path):
+    from sinks.data_files import unreferenced_files
+    from sinks.txn_table import TxnDeltaTable
+    from groupmgr.core import OffsetRange
+
+    table = TxnDeltaTable(str(tmp_path / "t"), "app", SCHEMA, partition_by=["topic"])
+    epochs = table.claim([T0])
+    table.commit(rows(T0, [0, 1]), [OffsetRange("t", 0, 0, 2)], epochs)
+    assert unreferenced_files(table.path).count == 0
+    stray = table.file_writer().write(rows(T0, [2]).to_batches())     # written, never committed
+    report = unreferenced_files(table.path)
+    assert report.count == 1 and report.bytes == stray.files[0].size
