@@ -112,3 +112,65 @@ def test_unanswered_heartbeats_rediscover_the_coordinator_after_one_session_time
 
 def test_assignment_survives_the_stepping(member):
     assert member.assignment == (TP("t", 0), TP("t", 1))
+
+
+# -- metadata checks on the injected clock ----------------------------------------------------------
+def clocked(fake, clock, **overrides):
+    settings = dict(topics=("t",), session_timeout_ms=SESSION_MS, heartbeat_interval_ms=INTERVAL_MS,
+                    metadata_max_age_ms=1000, request_timeout_ms=1000)
+    member = GroupMember(config(**{**settings, **overrides}), Recorder(), transport=fake, clock=clock)
+    member._loop._step()
+    assert member.state is MemberState.STABLE
+    return member
+
+
+def metadata_requests(fake) -> int:
+    return len(fake.requests("Metadata"))
+
+
+@pytest.mark.parametrize("overrides", [{}, {"topics": (), "topic_pattern": "t"}], ids=["topics", "pattern"])
+def test_metadata_is_checked_exactly_every_max_age(fake, clock, overrides):
+    member = clocked(fake, clock, **overrides)
+    loop, joined = member._loop, clock.now
+    base = metadata_requests(fake)
+    for _ in range(3):
+        clock.now = loop._next_metadata_check - 0.0005
+        loop._keep_alive()
+        assert metadata_requests(fake) == base                 # not yet
+        clock.now = loop._next_metadata_check
+        loop._keep_alive()
+        assert metadata_requests(fake) > base                  # due at exactly max age
+        base = metadata_requests(fake)
+        assert loop._next_metadata_check == clock.now + 1.0    # the next one a max age later
+    assert clock.now == joined + 3.0
+    assert member.generation.generation_id == 1 and len(fake.requests("JoinGroup")) == 2   # nothing changed
+    member._client.close()
+
+
+def test_a_metadata_check_holds_the_thread_a_third_of_the_session(fake, clock):
+    member = clocked(fake, clock, topics=(), topic_pattern="t", session_timeout_ms=900, heartbeat_interval_ms=300)
+    with fake.lock:
+        fake.timeouts.clear()
+    clock.now = member._loop._next_metadata_check
+    member._loop._keep_alive()
+    with fake.lock:
+        waits = [t for name, t in fake.timeouts if name == "MetadataRequest"]
+    assert waits and all(w == pytest.approx(0.3, abs=1e-12) for w in waits)   # min(1 s, 900 ms / 3)
+    member._client.close()
+
+
+def test_a_follower_checks_no_partition_counts(fake, clock):
+    from groupmgr.consumer_protocol import encode_assignment, encode_subscription
+    from groupmgr.assignors import Subscription
+    from tests.unit.fake_coordinator import Phantom
+    fake.phantoms.append(Phantom("a-leader", {"range": encode_subscription(Subscription(("t",)))}))
+    fake.leader_is_phantom = True
+    fake.follower_assignment = encode_assignment([TP("t", 1)])
+    member = clocked(fake, clock)
+    assert not member.is_leader
+    base = metadata_requests(fake)
+    for _ in range(3):
+        clock.now = member._loop._next_metadata_check
+        member._loop._keep_alive()
+    assert metadata_requests(fake) == base and member.state is MemberState.STABLE
+    member._client.close()

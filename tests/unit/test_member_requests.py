@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from kafka.protocol.consumer import LeaveGroupResponse
 
+from groupmgr.assignors import TopicPartition as TP_
 from groupmgr.consumer_protocol import decode_subscription
 from groupmgr.coordinator_client import CoordinatorClient
 from groupmgr.group_errors import GroupAuthorizationFailed, UnknownMemberId
@@ -150,3 +151,140 @@ def test_leave_sends_one_request_for_this_member():
     (b"\x01\x00", 256), (b"\xff\xff\x00", -1), (bytearray(b"\x00\x02"), 2)])
 def test_subscription_version_is_the_first_two_bytes_signed_big_endian(metadata, version):
     assert _subscription_version(metadata) == version
+
+
+# -- failed join rounds: backoff (observed through a pause spy, not the clock) and fatal errors -----
+@pytest.fixture
+def spied(fake):
+    """A member whose client records every round backoff (pause with no deadline) instead of waiting;
+    each record is (failures, the member's state, its assignment) at that moment."""
+    members: list[GroupMember] = []
+
+    def start(recorder: Recorder | None = None, **overrides):
+        recorder = recorder or Recorder()
+        member = GroupMember(config(**{"topics": ("t",), **overrides}), recorder, transport=fake)
+        pauses: list[tuple] = []
+        real_pause = member._client.pause
+
+        def pause(failures, deadline):
+            if deadline == float("inf"):
+                pauses.append((failures, member.state, member.assignment))
+                return True
+            return real_pause(failures, deadline)
+
+        member._client.pause = pause
+        members.append(member.start())
+        return member, recorder, pauses
+
+    yield start
+    for member in members:
+        member.close(timeout_s=5)
+
+
+REBALANCE_IN_PROGRESS, COORDINATOR_LOAD_IN_PROGRESS, GROUP_AUTHORIZATION_FAILED, FENCED_INSTANCE_ID = 27, 14, 30, 82
+
+
+def test_a_first_rebalance_in_progress_rejoins_at_once_a_second_backs_off(fake, spied):
+    fake.inject("SyncGroup", REBALANCE_IN_PROGRESS, REBALANCE_IN_PROGRESS)
+    member, rec, pauses = spied()
+    assert member.wait_until_stable(WAIT)
+    assert [p[0] for p in pauses] == [2]                 # no pause after the first, the second waits
+    assert rec.assigned_generations() == [3]
+
+
+def test_join_failures_reset_after_a_successful_round(fake, spied):
+    fake.inject("SyncGroup", REBALANCE_IN_PROGRESS, REBALANCE_IN_PROGRESS)
+    member, rec, pauses = spied()
+    assert member.wait_until_stable(WAIT)
+    fake.inject("SyncGroup", REBALANCE_IN_PROGRESS)
+    with fake.lock:
+        fake.rebalance_pending = True
+    assert rec.wait(lambda ev: [e[0] for e in ev].count("assigned") == 2)
+    assert [p[0] for p in pauses] == [2]                 # the later single failure starts from zero again
+
+
+def test_retriable_join_errors_always_back_off_with_growing_failures(fake, spied):
+    fake.inject("SyncGroup", COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_LOAD_IN_PROGRESS)
+    member, rec, pauses = spied()
+    assert member.wait_until_stable(WAIT)
+    assert [p[0] for p in pauses] == [1, 2]
+
+
+def test_between_rounds_a_member_owns_nothing_and_is_preparing(fake, spied):
+    from groupmgr.generation import MemberState
+    member, rec, pauses = spied()
+    assert member.wait_until_stable(WAIT)
+    fake.inject("SyncGroup", REBALANCE_IN_PROGRESS, REBALANCE_IN_PROGRESS)
+    with fake.lock:
+        fake.rebalance_pending = True
+    assert rec.wait(lambda ev: [e[0] for e in ev].count("assigned") == 2)
+    assert pauses == [(2, MemberState.PREPARING_REBALANCE, ())]
+
+
+def test_unknown_member_id_in_a_round_rejoins_without_a_member_id(fake, spied):
+    member, rec, pauses = spied()
+    assert member.wait_until_stable(WAIT)
+    fake.inject("JoinGroup", 25)        # the broker forgot us by the time we rejoin
+    with fake.lock:
+        fake.rebalance_pending = True
+    assert rec.wait(lambda ev: [e[0] for e in ev].count("assigned") == 2)
+    assert [j.member_id for j in fake.requests("JoinGroup")] == ["", "m-1", "m-1", "", "m-2"]
+
+
+@pytest.mark.parametrize("code, instance", [(GROUP_AUTHORIZATION_FAILED, None), (FENCED_INSTANCE_ID, "i-1")])
+def test_a_fatal_join_error_fails_the_member(fake, spied, code, instance):
+    from groupmgr.generation import MemberState
+    from groupmgr.group_errors import FencedInstanceId
+    fake.inject("SyncGroup", code)
+    member, rec, pauses = spied(group_instance_id=instance)
+    with pytest.raises(GroupAuthorizationFailed if code == GROUP_AUTHORIZATION_FAILED else FencedInstanceId):
+        member.wait_until_stable(WAIT)
+    assert member.state is MemberState.FAILED and pauses == [] and rec.kinds() == []
+
+
+def test_state_and_partitions_seen_by_the_listener(fake, spied):
+    from groupmgr.generation import MemberState
+    rec = Recorder()
+    box: list[GroupMember] = []
+    seen = []
+    rec.hooks["assigned"] = lambda gen, parts: seen.append(("assigned", box[0].state, parts))
+    rec.hooks["revoked"] = lambda parts: seen.append(("revoked", box[0].state, parts))
+    member, _, _ = spied(rec)
+    box.append(member)
+    assert member.wait_until_stable(WAIT)
+    with fake.lock:
+        fake.rebalance_pending = True
+    assert rec.wait(lambda ev: [e[0] for e in ev].count("assigned") == 2)
+    everything = (TP_("t", 0), TP_("t", 1))
+    assert seen == [("assigned", MemberState.COMPLETING_REBALANCE, everything),
+                    ("revoked", MemberState.PREPARING_REBALANCE, everything),
+                    ("assigned", MemberState.COMPLETING_REBALANCE, everything)]
+    assert member.wait_until_stable(WAIT) and member.state is MemberState.STABLE
+
+
+def test_a_failing_metadata_listing_keeps_the_pattern_members_topics(fake, started):
+    """Listing failures past the check's deadline are retried at the next check: no rejoin, no failure."""
+    from groupmgr.group_errors import CoordinatorUnreachable
+    from groupmgr.generation import MemberState
+    member, rec = started(topics=(), topic_pattern="t", metadata_max_age_ms=20, request_timeout_ms=300,
+                          session_timeout_ms=600)
+    for _ in range(200):
+        fake.raise_next("Metadata", CoordinatorUnreachable("fake: no answer"))
+    assert fake.wait_for(lambda: not fake._raises["MetadataRequest"], WAIT * 4)
+    checks = len(fake.requests("Metadata"))
+    assert fake.wait_for(lambda: len(fake.requests("Metadata")) >= checks + 3, WAIT)
+    assert member.state is MemberState.STABLE and rec.kinds() == ["assigned"]
+    assert len(fake.requests("JoinGroup")) == 2
+
+
+def test_a_failing_partition_count_check_keeps_the_leaders_generation(fake, started):
+    from groupmgr.group_errors import CoordinatorUnreachable
+    from groupmgr.generation import MemberState
+    member, rec = started(metadata_max_age_ms=20, request_timeout_ms=300, session_timeout_ms=600)
+    for _ in range(200):
+        fake.raise_next("Metadata", CoordinatorUnreachable("fake: no answer"))
+    assert fake.wait_for(lambda: not fake._raises["MetadataRequest"], WAIT * 4)
+    checks = len(fake.requests("Metadata"))
+    assert fake.wait_for(lambda: len(fake.requests("Metadata")) >= checks + 3, WAIT)
+    assert member.state is MemberState.STABLE and rec.kinds() == ["assigned"]
+    assert len(fake.requests("JoinGroup")) == 2
