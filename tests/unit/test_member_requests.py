@@ -82,11 +82,14 @@ def test_a_rejoin_after_the_first_generation_offers_what_the_member_owned(fake, 
     assert offered.generation_id == 1 and sorted(offered.owned_partitions) == sorted(member.assignment)
 
 
-@pytest.mark.parametrize("code, reason", [(22, "fenced: ILLEGAL_GENERATION"), (25, "fenced: UNKNOWN_MEMBER_ID")])
-def test_a_fenced_member_tells_the_broker_why_it_rejoins_and_offers_nothing(fake, started, code, reason):
+@pytest.mark.parametrize("code, reason, member_ids", [
+    (22, "fenced: ILLEGAL_GENERATION", ["", "m-1", "m-1"]),       # keeps its member id
+    (25, "fenced: UNKNOWN_MEMBER_ID", ["", "m-1", "", "m-2"])])   # starts over without one
+def test_a_fenced_member_tells_the_broker_why_it_rejoins_and_offers_nothing(fake, started, code, reason, member_ids):
     member, rec = started(assignors=("sticky",))
     fake.inject("Heartbeat", code)
     assert rec.wait(lambda ev: [e[0] for e in ev].count("assigned") == 2)
+    assert [j.member_id for j in fake.requests("JoinGroup")] == member_ids
     join = fake.requests("JoinGroup")[-1]
     assert join.reason == reason
     offered = decode_subscription(join.protocols[0].metadata).subscription
