@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kafka.protocol.consumer import LeaveGroupResponse
 
-from groupmgr.assignors import TopicPartition as TP_
+from groupmgr.assignors import RangeAssignor as RangeAssignor_, TopicPartition as TP_
 from groupmgr.consumer_protocol import decode_subscription
 from groupmgr.coordinator_client import CoordinatorClient
 from groupmgr.group_errors import GroupAuthorizationFailed, UnknownMemberId
@@ -291,3 +291,55 @@ def test_a_failing_partition_count_check_keeps_the_leaders_generation(fake, star
     assert fake.wait_for(lambda: len(fake.requests("Metadata")) >= checks + 3, WAIT)
     assert member.state is MemberState.STABLE and rec.kinds() == ["assigned"]
     assert len(fake.requests("JoinGroup")) == 2
+
+
+# -- the leader's view of the group, and the assignor callbacks ------------------------------------
+def test_leader_keeps_instance_ids_and_answers_each_member_in_its_protocol_version(fake, started):
+    from groupmgr.assignors import Subscription
+    from groupmgr.consumer_protocol import LATEST_VERSION, encode_subscription
+    from tests.unit.fake_coordinator import Phantom
+    fake.phantoms.append(Phantom("p-old", {"range": encode_subscription(Subscription(("t",)), 0)}, "inst-old"))
+    member, _ = started()
+    assert member.is_leader
+    subscriptions = member.group_subscriptions
+    assert subscriptions["p-old"].group_instance_id == "inst-old" and subscriptions["m-1"].group_instance_id is None
+    sent = fake.last_sync_assignments
+    assert _subscription_version(sent["p-old"]) == 0 and _subscription_version(sent["m-1"]) == LATEST_VERSION
+
+
+class Recording(RangeAssignor_):
+    """The range assignor, recording ``on_assignment`` calls (optionally failing in it)."""
+
+    name = "recording"
+
+    def __init__(self, fail: bool = False):
+        self.calls, self.fail = [], fail
+
+    def on_assignment(self, partitions, generation_id):
+        self.calls.append((partitions, generation_id))
+        if self.fail:
+            raise LookupError("plug-in bug")
+
+
+def test_the_assignor_hears_each_assignment_with_its_generation(fake, started):
+    assignor = Recording()
+    member, rec = started(assignors=(assignor,))
+    with fake.lock:
+        fake.rebalance_pending = True
+    assert rec.wait(lambda ev: [e[0] for e in ev].count("assigned") == 2)
+    everything = [TP_("t", 0), TP_("t", 1)]
+    assert assignor.calls == [(everything, 1), (everything, 2)]
+    assert all(type(parts) is list for parts, _ in assignor.calls)
+
+
+def test_a_failing_on_assignment_is_one_named_error(fake):
+    from groupmgr.assignors.assignor_errors import AssignorFailedError
+    assignor = Recording(fail=True)
+    member = GroupMember(config(topics=("t",), assignors=(assignor,)), Recorder(), transport=fake).start()
+    try:
+        with pytest.raises(AssignorFailedError) as raised:
+            member.wait_until_stable(WAIT)
+    finally:
+        member.close(timeout_s=5)
+    assert raised.value.name == "recording" and isinstance(raised.value.cause, LookupError)
+    assert raised.value.condition == "ASSIGNOR_FAILED"
