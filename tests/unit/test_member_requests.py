@@ -343,3 +343,12 @@ def test_a_failing_on_assignment_is_one_named_error(fake):
         member.close(timeout_s=5)
     assert raised.value.name == "recording" and isinstance(raised.value.cause, LookupError)
     assert raised.value.condition == "ASSIGNOR_FAILED"
+
+
+def test_leave_retries_on_a_moved_coordinator_within_its_deadline():
+    fake = FakeCoordinator({})
+    client = CoordinatorClient(fake, "g", retry_backoff_ms=1)
+    client.ensure_coordinator(client.deadline(1.0))
+    fake.move_coordinator(2)                          # the first LeaveGroup gets NOT_COORDINATOR
+    send_leave_group(client, "g", "m-1", None, "closing", 5.0)
+    assert fake.nodes("LeaveGroup") == ["coordinator-1", "coordinator-2"]
