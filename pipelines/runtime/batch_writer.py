@@ -35,12 +35,13 @@ class BatchHooks:
     """Points where a test may act on a batch in flight (fault injection is passed in, never read
     from the environment). Each hook gets the batch id and its planned ranges; the defaults do
     nothing. ``before_commit`` runs after the rows are prepared and before the first Delta commit;
-    ``files_written`` each time the executors have written a table's files and before the driver
-    commits them; ``after_delta_commit`` after both Delta commits and before the Kafka offset
-    commit."""
+    ``files_written`` (also given what was written) each time the executors have written a table's
+    files and before the driver commits them; ``after_delta_commit`` after both Delta commits and
+    before the Kafka offset commit."""
 
     before_commit: Callable[[int, tuple[OffsetRange, ...]], None] = lambda batch_id, ranges: None
-    files_written: Callable[[int, tuple[OffsetRange, ...]], None] = lambda batch_id, ranges: None
+    files_written: Callable[[int, tuple[OffsetRange, ...], WrittenFiles], None] = \
+        lambda batch_id, ranges, written: None
     after_delta_commit: Callable[[int, tuple[OffsetRange, ...]], None] = lambda batch_id, ranges: None
 
 
@@ -157,7 +158,7 @@ class BatchWriter:
 
         def write(plan) -> WrittenFiles:
             written = rows.write(writer, plan.keep_from)
-            self.hooks.files_written(batch_id, ranges)
+            self.hooks.files_written(batch_id, ranges, written)
             return written
 
         return table.commit_files(ranges, epochs, write)

@@ -10,6 +10,7 @@ import pytest
 
 from pipelines.config import load_pipeline
 from tests.e2e.harness import MemberProcess, SteadyProducer, wait_until
+from groupmgr.core import TopicPartition
 from groupmgr.describe import describe_group
 from sinks.txn_table import read_recorded_offsets
 from tests.support.kafka_data import (create_topic, delta_coordinates, log_end_offsets, table_reached,
@@ -99,7 +100,7 @@ def test_crash_between_delta_commit_and_kafka_commit(bootstrap, spark, pipeline,
     path, config = pipeline
     producer = SteadyProducer(bootstrap, config.topics[0]).start()
     a = _member_held_at("--hold-after-delta", path, tmp_path, "a batch committed to Delta, not yet to Kafka")
-    partitions = [tp for tp in log_end_offsets(producer.acked)]
+    partitions = [TopicPartition(config.topics[0], p) for p in range(PARTITIONS)]
     table = read_recorded_offsets(config.sink.path, config.name, partitions)
     committed = _group_offsets(bootstrap, config.group.id)
     assert any((table[tp] or 0) > committed.get(tp, 0) for tp in partitions), \
@@ -133,8 +134,6 @@ def _member_held_at(flag: str, path: Path, tmp_path: Path, what: str) -> MemberP
 
 
 def _group_offsets(bootstrap, group_id):
-    from groupmgr.core import TopicPartition
-
     description = describe_group(bootstrap, group_id)
     return {TopicPartition(p.topic, p.partition): p.committed for p in description.partitions
             if p.committed is not None}

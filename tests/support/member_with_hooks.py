@@ -2,8 +2,9 @@
 
 ``--hold H``: while the file ``H`` exists, a prepared batch waits before its Delta commit, after
 creating ``H.waiting`` so the test knows a batch is in flight.
-``--hold-after-files H``: the same, after the executors wrote a table's data files and before the
-driver commits them (a crash there leaves unreferenced files, never rows).
+``--hold-after-files H``: the same, after the executors wrote data files for a table (a write that
+produced files) and before the driver commits them (a crash there leaves unreferenced files, never
+rows).
 ``--hold-after-delta H``: the same, after the batch's Delta commits and before its Kafka offset
 commit (the window a crash must survive, docs/DESIGN.md invariant 4).
 Each hold is bounded (300 s). The hooks are passed to the runner (``BatchHooks``); production code
@@ -34,6 +35,13 @@ def hold_while_exists(path: Path | None):
     return hold
 
 
+def _when_files(hold):
+    def hold_if_files(batch_id, ranges, written) -> None:
+        if written.files:
+            hold(batch_id, ranges)
+    return hold_if_files
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("file")
@@ -42,7 +50,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--hold-after-delta", type=Path)
     args = parser.parse_args(argv)
     hooks = BatchHooks(before_commit=hold_while_exists(args.hold),
-                       files_written=hold_while_exists(args.hold_after_files),
+                       files_written=_when_files(hold_while_exists(args.hold_after_files)),
                        after_delta_commit=hold_while_exists(args.hold_after_delta))
     run_pipeline(load_pipeline(args.file), hooks=hooks)
     return 0
