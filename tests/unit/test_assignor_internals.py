@@ -79,3 +79,40 @@ def test_the_first_malformed_partition_is_named(item, shown):
 def test_only_the_first_malformed_item_is_shown():
     assert bad({"a": [TP("t", 0), ("t", "1"), ("u", "2")], "b": []})["value"] == "('t', '1')"
     assert bad({"a": [], "b": [TP("t", 0), ("t", "x" * 400)]}) == {"member": "b", "value": repr(("t", "x" * 400))[:200]}
+
+
+# -- the other rules name member and partition too -------------------------------------------------
+def test_unknown_partition_names_its_owner_and_the_partition():
+    subscriptions = {"a": Subscription(("t",)), "b": Subscription(("t",))}
+    with pytest.raises(InvalidAssignmentError) as raised:
+        validate_assignment("x", {"t": 2}, subscriptions, {"a": [TP("t", 0)], "b": [TP("t", 1), TP("t", 2)]})
+    assert raised.value.reason == "unknown_partition"
+    assert raised.value.details == {"member": "b", "partition": TP("t", 2)}
+
+
+@pytest.mark.parametrize("bad", [TP("t", -1), TP("t", 0)])
+def test_partition_numbers_are_checked_from_zero(bad):
+    counts = {"t": 1} if bad.partition == 0 else {"t": 2}
+    result = {"a": [bad] if bad.partition < 0 else [TP("t", 0)], "b": [TP("t", 1)] if bad.partition < 0 else []}
+    subscriptions = {"a": Subscription(("t",)), "b": Subscription(("t",))}
+    if bad.partition < 0:
+        with pytest.raises(InvalidAssignmentError) as raised:
+            validate_assignment("x", counts, subscriptions, result)
+        assert raised.value.reason == "unknown_partition" and raised.value.details["partition"] == bad
+    else:
+        validate_assignment("x", counts, subscriptions, result)   # partition 0 is a real partition
+
+
+def test_non_subscriber_names_the_member_and_its_first_foreign_partition():
+    subscriptions = {"a": Subscription(("t",)), "b": Subscription(("u",))}
+    result = {"a": [TP("t", 0)], "b": [TP("u", 0), TP("t", 1)]}
+    with pytest.raises(InvalidAssignmentError) as raised:
+        validate_assignment("x", {"t": 2, "u": 1}, subscriptions, result)
+    assert raised.value.reason == "assigned_to_non_subscriber"
+    assert raised.value.details == {"member": "b", "partition": TP("t", 1)}
+
+
+def test_member_info_order_is_strict_and_handles_lone_surrogates():
+    assert not MemberInfo("a") < MemberInfo("a") and MemberInfo("a") < MemberInfo("b")
+    lone = "\ud800"                                       # not encodable without surrogatepass
+    assert sorted([MemberInfo("\uffff"), MemberInfo(lone)]) == [MemberInfo(lone), MemberInfo("\uffff")]
