@@ -200,3 +200,10 @@ def test_hoarder_with_uneven_subscriptions_is_spread():
     sizes = Counter(len(ps) for ps in result.values())
     assert min(sizes) >= 99 and max(sizes) <= 101
     assert 99 <= len(result["m0000"]) <= 101  # it keeps a fair share of what it owned
+
+
+def test_assign_returns_each_members_partitions_sorted_even_from_unsorted_claims():
+    owned = [TP("t", 3), TP("t", 0)]                     # within its quota: kept as claimed
+    result = ASSIGNOR.assign({"t": 4}, {"a": sub("t", owned=owned, generation=1), "b": sub("t", owned=[], generation=1)})
+    assert all(ps == sorted(ps) for ps in result.values())
+    assert sorted(result["a"] + result["b"]) == tps("t", 0, 1, 2, 3)
