@@ -78,7 +78,8 @@ def main() -> int:
                         help="mutate only this module (repeatable); the report covers just these")
     parser.add_argument("--resume", action="store_true",
                         help="keep the last run's results: take sources and tests of --tree again, "
-                             "test the mutants not yet checked (or changed), and re-test every survivor")
+                             "test the mutants not yet checked (or changed), and re-test every survivor "
+                             "not justified as equivalent")
     parser.add_argument("--report-only", action="store_true",
                         help="rebuild the report from the last run in .scg/mutation/work")
     parser.add_argument("--tree", default="HEAD",
@@ -101,8 +102,10 @@ def main() -> int:
         started = time.monotonic()
         code = mutmut(work, ["run", "--max-children", str(args.max_children)], "a" if resumed else "w")
         if code == 0 and resumed:
-            again = [n for per in load_results(work, modules).values() for n, s in per.items()
-                     if s not in DETECTED and not n.startswith(SPARK_ONLY)]
+            justified = {e["mutant"] for e in load_equivalents(root)}
+            again = [n for module, per in load_results(work, modules).items() for n, s in per.items()
+                     if s not in DETECTED and not n.startswith(SPARK_ONLY) and n not in justified
+                     and not message_only(work, module, n)]
             for i in range(0, len(again), 200):
                 code = code or mutmut(work, ["run", "--max-children", str(args.max_children), *again[i:i + 200]], "a")
         elapsed = time.monotonic() - started
