@@ -8,8 +8,8 @@ storage option the commit uses works the same: local paths, ``file://``, ``s3://
 size, partition values, record count and Delta statistics. Nothing is committed here: a file
 becomes part of the table only when the driver commits its ``add`` action (see
 :mod:`sinks.txn_table`). A retried or speculative task therefore leaves at most an unreferenced
-file, never a row twice; ``vacuum`` removes unreferenced files once they are older than the
-table's retention.
+file, never a row twice; a full vacuum (delta-spark's ``VACUUM``, deltalake's
+``vacuum(full=True)``) removes unreferenced files once they are older than the table's retention.
 
 Rows are filtered by ``keep_from`` while they are written: only rows of the listed partitions at
 or above the partition's offset are kept (a partial replay), and the skipped rows are counted.
@@ -326,7 +326,7 @@ def _put(tree: dict, name: Sequence[str], value) -> None:
 class UnreferencedFiles:
     """Data files under a table that its current version does not reference: left by a retried
     task or by a driver that stopped between writing and committing (and, after an OPTIMIZE, the
-    files it replaced). ``VACUUM`` deletes them once they are older than the retention period."""
+    files it replaced). A full vacuum deletes them once they are older than the retention period."""
 
     count: int
     bytes: int

@@ -66,7 +66,7 @@ def _describe_pipeline(path: str, as_json: bool) -> int:
         for path, found in orphans.items():
             if found and found["count"]:
                 print(f"{path}: {found['count']} unreferenced data file(s), {found['bytes']} bytes "
-                      "(from retried tasks or a stop between write and commit; VACUUM removes them)")
+                      "(from retried tasks or a stop between write and commit; a full VACUUM removes them)")
     return 0
 
 
