@@ -13,6 +13,16 @@ HERE = Path(__file__).resolve().parent
 TIMEOUT_S = 1200
 
 
+@pytest.fixture(autouse=True)
+def no_member_outlives_its_test():
+    """A failed test leaves no member process (and its Spark) running into the next test."""
+    from tests.e2e.harness import RUNNING
+
+    yield
+    while RUNNING:
+        RUNNING.pop().kill()
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.resolve().is_relative_to(HERE) and item.get_closest_marker("timeout") is None:

@@ -27,6 +27,9 @@ def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 0.2):
         time.sleep(poll_s)
 
 
+RUNNING: list["MemberProcess"] = []  # killed after each test by tests/e2e/conftest.py
+
+
 class MemberProcess:
     """One `python -m pipelines.cli run FILE` process with its output collected line by line;
     ``command`` replaces the module and arguments (e.g. a member with test hooks)."""
@@ -43,6 +46,7 @@ class MemberProcess:
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, **(env or {})}, start_new_session=True)
         threading.Thread(target=self._pump, daemon=True).start()
+        RUNNING.append(self)
 
     def _pump(self) -> None:
         for line in self.proc.stdout:

@@ -82,8 +82,9 @@ def test_stale_writer_is_refused_and_rejoins(bootstrap, spark, pipeline, tmp_pat
     wait_until(lambda: Path(str(hold) + ".waiting").exists(), 60, "a batch of a in flight")
     a.signal(signal.SIGSTOP)  # a stalls mid-batch, past its session timeout
     b_seen = len(b.lines)
-    b.wait_for(rf"assigned {PARTITIONS} partition", 120, after=b_seen)
-    b.wait_for(r"batch \d+", 120, after=b_seen)  # b claimed every partition and wrote
+    taken_over = b.wait_for(rf"assigned {PARTITIONS} partition", 120, after=b_seen)
+    # b claimed every partition and wrote a batch AFTER taking over (not one from before it)
+    b.wait_for(r"batch \d+", 120, after=b.lines.index(taken_over) + 1)
     seen = len(a.lines)
     hold.unlink()
     a.signal(signal.SIGCONT)
