@@ -86,6 +86,7 @@ def main() -> int:
                         help="git commit to test (default HEAD: committed code only, so edits in "
                              "progress do not count); '' tests the working tree")
     parser.add_argument("--min-score", type=float, default=0.90)
+    parser.add_argument("--note", default="", help="a line for the report (e.g. how the run went)")
     args = parser.parse_args()
     root = args.root.resolve()
     modules = tuple(args.only) or MODULES
@@ -117,6 +118,7 @@ def main() -> int:
             return code
     wall_s = float((work / "wall_s").read_text()) if (work / "wall_s").exists() else None
     report = build_report(root, work, modules, wall_s, args.max_children)
+    report["note"] = args.note
     out = root / "bench" / "results"
     if tuple(args.only):
         out = work / "partial-results"
@@ -255,8 +257,10 @@ def message_only(work: Path, module: str, name: str) -> bool:
     if func not in defs or orig not in defs:
         return False
     parts = func.split("ǁ")
-    in_error_init = (len(parts) == 3 and parts[1].endswith(("Error", "Exception"))
-                     and parts[2].startswith("__init__"))
+    errors = {c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+              and (c.name.endswith(("Error", "Exception"))
+                   or any(isinstance(b, ast.Name) and b.id.endswith(("Error", "Exception")) for b in c.bases))}
+    in_error_init = len(parts) == 3 and parts[1] in errors and parts[2].startswith("__init__")
     differences: list[tuple[object, object, bool]] = []
     _compare(defs[orig].body, defs[func].body, in_error_init, differences)
     return bool(differences) and all(ctx and _texty(a) and _texty(b) for a, b, ctx in differences)
@@ -383,7 +387,7 @@ def markdown_summary(report: dict) -> str:
 def markdown(report: dict) -> str:
     out = ["# Mutation testing", "",
            f"`{report['command']}` — {report['tool']}, {report['date']}, {report['machine']}.", "",
-           markdown_summary(report) + ".", "",
+           markdown_summary(report) + ".", "", *([report["note"], ""] if report.get("note") else []),
            "Score = (killed + timeout) / (killed + timeout + survived); equivalent mutants (justified in "
            "`bench/mutation_equivalents.toml`, or message text only) are left out. Tests: "
            + ", ".join(f"`{t}`" for t in report["tests"])
