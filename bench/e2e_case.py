@@ -1,0 +1,306 @@
+"""One Spark driver of the end-to-end benchmark (run by bench/bench_e2e.py as a subprocess).
+
+A fresh process per case keeps the measurements apart: its own Spark session (local[N] or a
+standalone master), its own driver JVM, and peak-memory counters (VmHWM) that start at zero.
+
+    python bench/e2e_case.py SPEC.json OUT.json
+
+SPEC holds ``master``, ``settings`` (extra Spark settings), ``bootstrap``, ``base`` (scratch
+directory), ``warmup`` (run specs, not reported) and ``runs``: a list of run specs
+``{"variant": "noop"|"spark_delta"|"scg", "topic", "records", "max_offsets", "label",
+"stop_after_batches"?}``. Each run reads ``topic`` from the earliest offset to its end (available-now
+trigger, ``max_offsets`` records per micro-batch). OUT receives one JSON object: a result per run
+(seconds, per-batch durations and phases) and the driver's memory (peak RSS of the Python process
+and of the JVM, before the runs and at the end; JVM heap pool peaks during the runs).
+
+The ``scg`` variant is this project's path unchanged (PipelineRunner with a real group member,
+one Delta commit per batch); the bench only wraps a few of its methods with timers to split each
+batch into phases (nothing else changes; the wrappers cost microseconds).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+SCHEMA = "id BIGINT, name STRING, category STRING, amount DOUBLE, note STRING"
+
+
+# -- memory ----------------------------------------------------------------------------------------
+def proc_status(pid: int | str = "self") -> dict[str, int]:
+    """VmHWM / VmRSS of a process in bytes (Linux /proc)."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmHWM", "VmRSS"):
+            out[key] = int(rest.split()[0]) * 1024
+    return out
+
+
+class DriverMemory:
+    """Peak RSS of the driver's Python process and JVM, and the JVM's heap pool peaks."""
+
+    def __init__(self, spark):
+        self.jvm = spark.sparkContext._jvm
+        self.jvm_pid = int(self.jvm.java.lang.ProcessHandle.current().pid())
+        self.max_heap = int(self.jvm.java.lang.Runtime.getRuntime().maxMemory())
+
+    def snapshot(self) -> dict:
+        py, jvm = proc_status("self"), proc_status(self.jvm_pid)
+        return {"python_hwm": py["VmHWM"], "python_rss": py["VmRSS"],
+                "jvm_hwm": jvm["VmHWM"], "jvm_rss": jvm["VmRSS"]}
+
+    def reset_heap_peaks(self) -> None:
+        for pool in self.jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans():
+            pool.resetPeakUsage()
+
+    def heap_peaks(self) -> dict:
+        """Peak used bytes per heap pool since the last reset (G1: Eden, Survivor, Old Gen)."""
+        peaks = {}
+        for pool in self.jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans():
+            if str(pool.getType().toString()) == "Heap memory":
+                peaks[str(pool.getName())] = int(pool.getPeakUsage().getUsed())
+        return peaks
+
+
+# -- plain Spark -----------------------------------------------------------------------------------
+def plain_query(spark, bootstrap: str, run: dict, base: Path) -> dict:
+    """Spark's Kafka source + the same JSON parsing into the noop sink or delta-spark's sink."""
+    from pyspark.sql import functions as F
+
+    stream = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", run["topic"]).option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", str(run["max_offsets"])).load())
+    parsed = stream.select("topic", "partition", "offset", "timestamp",
+                           F.col("key").cast("string").alias("key"),
+                           F.from_json(F.col("value").cast("string"), SCHEMA).alias("j")).select(
+        "topic", "partition", "offset", "timestamp", "key", "j.*")
+    sink = "noop" if run["variant"] == "noop" else "delta"
+    writer = (parsed.writeStream.format(sink).trigger(availableNow=True).queryName(run["label"])
+              .option("checkpointLocation", tempfile.mkdtemp(prefix="bench-cp-", dir=base)))
+    path = str(base / f"plain-{run['label']}-{uuid.uuid4().hex[:6]}")
+    started = time.monotonic()
+    query = writer.start(path) if sink == "delta" else writer.start()
+    query.awaitTermination()
+    seconds = time.monotonic() - started
+    progress = [p for p in _progress(query) if p.get("numInputRows")]
+    rows = sum(p["numInputRows"] for p in progress)
+    if rows != run["records"]:
+        raise SystemExit(f"{run['label']}: read {rows} rows, expected {run['records']}")
+    if sink == "delta":
+        written = spark.read.format("delta").load(path).count()
+        if written != run["records"]:
+            raise SystemExit(f"{run['label']}: delta-spark wrote {written} rows, expected {run['records']}")
+    return {"seconds": seconds, "batches": len(progress),
+            "batch_s": [p["durationMs"].get("triggerExecution", 0) / 1000 for p in progress],
+            "spark_phases_s": _sum_durations(progress)}
+
+
+def _progress(query) -> list[dict]:
+    out = []
+    for p in query.recentProgress:
+        out.append(json.loads(p.json) if hasattr(p, "json") and isinstance(p.json, str) else dict(p))
+    return out
+
+
+def _sum_durations(progress: list[dict]) -> dict:
+    total: dict[str, float] = defaultdict(float)
+    for p in progress:
+        for key, ms in (p.get("durationMs") or {}).items():
+            total[key] += ms / 1000
+    return dict(total)
+
+
+# -- this project's path ---------------------------------------------------------------------------
+class PhaseTimers:
+    """Bench-only timers around the batch writer's steps, per batch id (the batch writer runs in
+    Spark's query thread; this process runs one query at a time)."""
+
+    def __init__(self):
+        self.batches: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.current = None
+        self.queries = []
+
+    def add(self, phase: str, seconds: float) -> None:
+        if self.current is not None:
+            self.batches[self.current][phase] += seconds
+
+    def install(self) -> None:
+        from pipelines.runtime import batch_writer as bw
+        from pipelines.runtime import checkpoint_log, runner, streaming_query
+        from sinks import txn_table
+
+        timers = self
+
+        def timed(owner, name, phase):
+            static = isinstance(inspect.getattr_static(owner, name), staticmethod)
+            original = getattr(owner, name)
+
+            @functools.wraps(original)
+            def wrapper(*args, **kwargs):
+                started = time.monotonic()
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    timers.add(phase(args) if callable(phase) else phase, time.monotonic() - started)
+            setattr(owner, name, staticmethod(wrapper) if static else wrapper)
+
+        original_call = bw.BatchWriter.__call__
+
+        def call(self, batch_df, batch_id):
+            timers.current = batch_id
+            started = time.monotonic()
+            try:
+                return original_call(self, batch_df, batch_id)
+            finally:
+                timers.add("foreach_batch_total", time.monotonic() - started)
+                timers.current = None
+        bw.BatchWriter.__call__ = call
+
+        original_prepare = bw.BatchWriter._prepare
+
+        def prepare(self, batch_df):
+            started = time.monotonic()
+            good, dead, release = original_prepare(self, batch_df)
+            timers.add("prepare (plan + persist)", time.monotonic() - started)
+
+            def timed_release():
+                t0 = time.monotonic()
+                try:
+                    return release()
+                finally:
+                    timers.add("unpersist", time.monotonic() - t0)
+            return good, dead, timed_release
+        bw.BatchWriter._prepare = prepare
+
+        def which(args):
+            writer = args[1]
+            return ("Spark job 1: dead letters (Kafka read + parse + cache the batch)"
+                    if writer.table_uri.rstrip("/").endswith("dead")
+                    else "Spark job 2: output Parquet files from the cache (mapInArrow)")
+        timed(bw.SparkRows, "write", which)
+        timed(checkpoint_log.CheckpointOffsetLog, "ranges", "driver: offset log ranges")
+        timed(txn_table.TxnDeltaTable, "snapshot", "driver: Delta snapshot loads")
+        timed(txn_table.TxnDeltaTable, "_try_commit", "driver: Delta commit (create_write_transaction)")
+        timed(txn_table.TxnDeltaTable, "_committed_version", "driver: find committed version")
+        timed(bw.BatchWriter, "_commit_kafka", "driver: Kafka offset commit")
+        timed(runner.PipelineRunner, "_on_batch", "driver: progress line (lag lookup)")
+
+        original_start = streaming_query.start_query
+
+        def start_query(*args, **kwargs):
+            query = original_start(*args, **kwargs)
+            timers.queries.append(query)
+            return query
+        streaming_query.start_query = start_query
+
+
+def scg_run(spark, bootstrap: str, run: dict, base: Path, timers: PhaseTimers) -> dict:
+    from pipelines.config import load_pipeline
+    from pipelines.runtime.runner import PipelineRunner
+    from tests.support.kafka_data import write_pipeline
+
+    label = f"{run['label']}-{uuid.uuid4().hex[:6]}"
+    table_dir = base / f"scg-{label}"
+    path = write_pipeline(base / f"{label}.yaml", bootstrap, run["topic"], f"bench-{label}", table_dir,
+                          extra=f"format: {{type: json, schema: '{SCHEMA}'}}\n")
+    text = path.read_text().replace("processing_time: 500ms", "available_now: true")
+    path.write_text(text.replace("  starting_offsets: earliest", "  starting_offsets: earliest\n"
+                                 f"  max_offsets_per_trigger: {run['max_offsets']}"))
+    config = load_pipeline(path)
+    lines: list[tuple[float, str]] = []
+    runner = PipelineRunner(config, spark, out=lambda line: lines.append((time.monotonic(), line)))
+    reports: list[tuple[float, object]] = []
+    on_batch = runner._on_batch
+
+    def record(report):
+        on_batch(report)
+        reports.append((time.monotonic(), report))
+    runner._on_batch = record
+    stop_after = run.get("stop_after_batches")
+    timers.batches.clear()
+    timers.queries.clear()
+    started = time.monotonic()
+    runner.run(threading.Event(), until=(lambda: len(reports) >= stop_after) if stop_after else None)
+    returned = time.monotonic()
+    written = sum(r.rows_written for _, r in reports)
+    if not stop_after and written != run["records"]:
+        raise SystemExit(f"{run['label']}: scg wrote {written} rows, expected {run['records']}")
+    assigned = next((t for t, line in lines if "starting query" in line), started)
+    committed = [r for _, r in reports if r.rows_written]
+    progress = [p for q in timers.queries for p in _progress(q) if p.get("numInputRows")]
+    phases: dict[str, float] = defaultdict(float)
+    for batch in timers.batches.values():
+        for phase, seconds in batch.items():
+            phases[phase] += seconds
+    data_s = reports[-1][0] - started if reports else returned - started
+    return {"seconds": data_s, "run_returned_s": returned - started, "join_and_claim_s": assigned - started,
+            "rows_written": written, "batches": len(committed),
+            "batch_s": [r.duration_s for r in committed],
+            "batch_records": [sum(x.count for x in r.ranges) for r in committed],
+            "delta_commit_s": [r.commit_s for r in committed],
+            "delta_commit_s_median": statistics.median(r.commit_s for r in committed) if committed else None,
+            "batch_s_median": statistics.median(r.duration_s for r in committed) if committed else None,
+            "phases_s": dict(phases), "spark_phases_s": _sum_durations(progress)}
+
+
+# -- main ------------------------------------------------------------------------------------------
+def main(spec_path: str, out_path: str) -> None:
+    spec = json.loads(Path(spec_path).read_text())
+    from pipelines.runtime.spark_session import get_or_create_spark
+
+    base = Path(spec["base"])
+    base.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    spark = get_or_create_spark("scg-bench", {"spark.master": spec["master"], **spec.get("settings", {})})
+    session_s = time.monotonic() - t0
+    memory = DriverMemory(spark)
+    timers = PhaseTimers()
+    timers.install()
+    result = {"master": spec["master"], "session_start_s": session_s, "runs": [],
+              "driver_max_heap": memory.max_heap,
+              "settings": {k: spark.conf.get(k, None) for k in
+                           ("spark.driver.memory", "spark.driver.maxResultSize", "spark.executor.memory",
+                            "spark.cores.max", "spark.sql.execution.arrow.maxRecordsPerBatch")}}
+    for run in spec.get("warmup") or ():  # JIT, class loading, first use of Delta; not reported
+        print(f"  [{spec['master']}] {run['label']} ...", flush=True)
+        run_one(spark, spec["bootstrap"], run, base, timers)
+    result["memory_before"] = memory.snapshot()
+    memory.reset_heap_peaks()
+    for run in spec["runs"]:
+        print(f"  [{spec['master']}] {run['label']} ...", flush=True)
+        r = run_one(spark, spec["bootstrap"], run, base, timers)
+        r.update(label=run["label"], variant=run["variant"], topic=run["topic"], records=run["records"],
+                 max_offsets=run["max_offsets"], value_bytes=run.get("value_bytes"))
+        r["records_per_s"] = run["records"] / r["seconds"] if not run.get("stop_after_batches") else None
+        if run.get("value_bytes"):
+            r["value_mb_per_s"] = (r["records_per_s"] or 0) * run["value_bytes"] / 1e6
+        print(f"  [{spec['master']}] {run['label']}: {r['seconds']:.1f}s", flush=True)
+        result["runs"].append(r)
+        Path(out_path).write_text(json.dumps(result, indent=2))  # partial results survive a failure
+    result["memory_after"] = memory.snapshot()
+    result["jvm_heap_peaks"] = memory.heap_peaks()
+    Path(out_path).write_text(json.dumps(result, indent=2))
+    spark.stop()
+
+
+def run_one(spark, bootstrap, run, base, timers) -> dict:
+    if run["variant"] == "scg":
+        return scg_run(spark, bootstrap, run, base, timers)
+    return plain_query(spark, bootstrap, run, base)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main(sys.argv[1], sys.argv[2])
