@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
 from groupmgr.core import ExitCategory, ScgError
 from pipelines.cli.arguments import ArgumentParser, positive_int, tcp_port
 
