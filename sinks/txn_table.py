@@ -38,6 +38,11 @@ from sinks.data_files import DataFileWriter, WrittenFiles
 
 COMMIT_ATTEMPTS = 5
 COMMIT_MARKER = "scg.commit"   # commit-info key naming one commit attempt
+# The start-up check's retry bound. deltalake retries a request for up to 180 s (retry_timeout), so
+# an endpoint that accepts connections but never answers would hold the start for three minutes;
+# with this bound it fails after one request timeout (object_store's 30 s). Batches keep the
+# default retries. A retry_timeout in the storage options wins.
+STARTUP_STORAGE_OPTIONS = {"retry_timeout": "15s"}
 
 
 class SinkError(ScgError):
@@ -150,6 +155,14 @@ class TxnDeltaTable:
             return DeltaTable(self.path, storage_options=self.storage_options or None)
         except OSError as exc:
             raise StorageUnavailable(self.path, exc) from None
+
+    def check_storage(self) -> None:
+        """:meth:`snapshot` once with the start-up retry bound (:data:`STARTUP_STORAGE_OPTIONS`):
+        the table is read (or created), or StorageUnavailable is raised within about one request
+        timeout (30 s unless the storage options set another)."""
+        given = {key.lower() for key in self.storage_options}
+        bounded = {**{k: v for k, v in STARTUP_STORAGE_OPTIONS.items() if k not in given}, **self.storage_options}
+        TxnDeltaTable(self.path, self.app_id, self.schema, self.partition_by, bounded).snapshot()
 
     def recorded_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         table = self.snapshot()

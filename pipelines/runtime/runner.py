@@ -68,7 +68,7 @@ class PipelineRunner:
             self.progress.note(note)
         self.tables = open_tables(config, spark)
         for table in (self.tables.table, self.tables.dead_table):
-            table.snapshot()  # the storage answers now, or a named error before joining the group
+            table.check_storage()  # the storage answers now, or a named error before joining the group
         self.watermarks = Watermarks(config.kafka.confluent_config())
         self.member = (member_factory or group_member_factory)(config, self)
         self._lock = threading.RLock()
