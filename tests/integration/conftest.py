@@ -17,3 +17,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.resolve().is_relative_to(HERE) and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(TIMEOUT_S))
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """A real S3-compatible server (s3proxy) on loopback for the session; tests make their own buckets."""
+    from tests.support.s3_server import S3Server
+
+    server = S3Server(tmp_path_factory.mktemp("s3")).start()
+    yield server
+    server.stop()

@@ -58,8 +58,26 @@ class S3Server:
             return False
 
     def make_bucket(self, name: str) -> str:
+        """A bucket (S3 names: 3 to 63 characters; s3proxy answers NoSuchBucket for shorter ones)."""
+        if not 3 <= len(name) <= 63:
+            raise ValueError(f"bucket name {name!r} must have 3 to 63 characters")
         (self.data / name).mkdir(parents=True, exist_ok=True)
         return name
+
+    def storage_yaml(self, key_var: str = "SCG_S3_ACCESS_KEY", secret_var: str = "SCG_S3_SECRET_KEY",
+                     endpoint: str | None = None) -> str:
+        """A pipeline ``storage:`` section for this server, credentials as ``${ENV}`` references
+        (give the process :meth:`credentials_env`); ``endpoint`` overrides the server's."""
+        lines = ["storage:", f"  endpoint: {endpoint or self.endpoint}", f"  region: {REGION}",
+                 "  path_style: true", f'  access_key_id: "${{{key_var}}}"',
+                 f'  secret_access_key: "${{{secret_var}}}"']
+        return "".join(f"{line}\n" for line in lines)
+
+    @staticmethod
+    def credentials_env(key_var: str = "SCG_S3_ACCESS_KEY", secret_var: str = "SCG_S3_SECRET_KEY",
+                        secret: str = SECRET_KEY) -> dict[str, str]:
+        """The environment :meth:`storage_yaml`'s references resolve from (``secret`` may be wrong)."""
+        return {key_var: ACCESS_KEY, secret_var: secret}
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
