@@ -1,20 +1,10 @@
-"""HeartbeatTimer with a fake clock: due times, backoff, session and poll expiry."""
+"""HeartbeatTimer with a fake clock: due times, backoff and session expiry."""
 from __future__ import annotations
 
 import pytest
 
 from groupmgr.heartbeat import HeartbeatTimer
-
-
-class FakeClock:
-    def __init__(self, now: float = 100.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from tests.support.fake_clock import FakeClock
 
 
 @pytest.fixture

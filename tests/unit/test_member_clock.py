@@ -12,6 +12,7 @@ import pytest
 from groupmgr.assignors import TopicPartition as TP
 from groupmgr.generation import MemberState
 from groupmgr.member import GroupMember
+from tests.support.fake_clock import FakeClock
 from tests.unit.fake_coordinator import FakeCoordinator, Recorder, config
 
 SESSION_MS, INTERVAL_MS = 1000, 125   # binary fractions of a second: the clock sums are exact
@@ -19,20 +20,9 @@ SESSIONS = 5
 COORDINATOR_LOAD_IN_PROGRESS = 14
 
 
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(now=1000.0)
 
 
 @pytest.fixture
