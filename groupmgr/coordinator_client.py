@@ -50,6 +50,8 @@ class Transport(Protocol):
 _TRANSPORT_DEFAULTS = {"reconnect_backoff_ms": 50, "reconnect_backoff_max_ms": 1000,
                        "socket_connection_setup_timeout_ms": 5000,
                        "socket_connection_setup_timeout_max_ms": 10000}
+#: The kafka-python settings a transport takes (what a pipeline's ``client_config`` may set for the member).
+ACCEPTED_CLIENT_SETTINGS = frozenset(KafkaConnectionManager.DEFAULT_CONFIG) - {"bootstrap_servers", "client_id"}
 _WAIT_MARGIN_S = 1.0  # the connection layer times a request out first; this is the backstop
 
 

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from groupmgr.coordinator_client import ACCEPTED_CLIENT_SETTINGS
 from groupmgr.core import ScgError, TopicPartition
 from groupmgr.generation import Generation
 from groupmgr.member import GroupMember, MemberConfig
@@ -231,7 +232,7 @@ def member_config_for(config: PipelineSpec, **overrides) -> MemberConfig:
         group_instance_id=group.instance_id, session_timeout_ms=group.session_timeout_ms,
         rebalance_timeout_ms=group.rebalance_timeout_ms, heartbeat_interval_ms=group.heartbeat_interval_ms,
         metadata_max_age_ms=group.metadata_max_age_ms,
-        client_kwargs=_without(config.kafka.kafka_python_kwargs(), "bootstrap_servers"))
+        client_kwargs=_without(config.kafka.kafka_python_kwargs(ACCEPTED_CLIENT_SETTINGS), "bootstrap_servers"))
     return MemberConfig(**{**settings, **overrides})
 
 

@@ -335,6 +335,14 @@ def test_sasl_ssl_client_options(tmp_path: Path):
     assert spark["kafka.request.timeout.ms"] == "20000"
 
 
+def test_client_config_reaches_the_group_member(tmp_path: Path):
+    from pipelines.runtime.runner import member_config_for
+
+    member = member_config_for(_secure(tmp_path))
+    assert member.client_kwargs["request_timeout_ms"] == 20000
+    assert member.client_kwargs["sasl_plain_password"] == PASSWORD
+
+
 def test_plain_jaas_quotes_special_characters(tmp_path: Path):
     env = {**ENV, "KAFKA_PASSWORD": 'p"a\\ss'}
     kafka = load(tmp_path, env=env, kafka=kafka_with(**{**SASL, "protocol": "SASL_PLAINTEXT",
