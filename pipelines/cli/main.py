@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     kafka.add_argument("--port", type=tcp_port, default=9092,
                        help="first client port (default 9092; node i uses port+i)")
     kafka.add_argument("--dir", default=None, help="state directory (default .scg/state/kafka)")
+    kafka.add_argument("--secure", action="store_true",
+                       help="SASL_SSL (SCRAM-SHA-512) on port+i and mutual TLS on port+brokers+i, "
+                            "ACLs enforced; prints the client settings for a pipeline file")
     assign = sub.add_parser("assign", help="preview what an assignor would give a group")
     assign.add_argument("--assignor", required=True)
     assign.add_argument("--topic", action="append", required=True, metavar="NAME:PARTITIONS")
@@ -87,8 +90,11 @@ def cmd_kafka(args) -> int:
 
     cluster = LocalKafka(Path(args.dir) if args.dir else state_dir() / "kafka")
     if args.action == "start":
-        state = cluster.start(brokers=args.brokers, port=args.port,
+        state = cluster.start(brokers=args.brokers, port=args.port, secure=args.secure,
+                              grant_client_all=args.secure,
                               progress=lambda m: print(m, file=sys.stderr))
+        if state.security:
+            _print_secure_settings(state.security)
         print(f"Kafka {len(state.nodes)} broker(s) ready; bootstrap servers:", file=sys.stderr)
         print(state.bootstrap_servers)
     elif args.action == "stop":
@@ -101,9 +107,24 @@ def cmd_kafka(args) -> int:
             print("no local Kafka running")
             return int(ExitCategory.RUNTIME)
         for node in alive:
-            print(f"node {node.node_id}: pid {node.pid} 127.0.0.1:{node.client_port} log {node.log_file}")
+            mtls = f" (SASL_SSL), 127.0.0.1:{node.mtls_port} (mutual TLS)" if node.mtls_port else ""
+            print(f"node {node.node_id}: pid {node.pid} 127.0.0.1:{node.client_port}{mtls} "
+                  f"log {node.log_file}")
         print(state.bootstrap_servers)
     return EXIT_OK
+
+
+def _print_secure_settings(security) -> None:
+    """The ``kafka:`` sections a pipeline file needs for each listener (secret files, not secrets)."""
+    import yaml
+
+    listeners = (("sasl_ssl", f"SCRAM-SHA-512 over TLS as user {security.client_username}"),
+                 ("mtls", f"mutual TLS as {security.client_principal} (the client certificate)"))
+    for listener, what in listeners:
+        print(f"# {what}:")
+        print(yaml.safe_dump({"kafka": security.pipeline_kafka(listener)}, sort_keys=False), end="")
+    print(f"# {security.client_principal} may use every topic and group (ACLs granted at start). "
+          f"Super user {security.admin_username}: password in {security.admin_password_file}.")
 
 
 def cmd_assign(args) -> int:
