@@ -3,12 +3,20 @@
 Callbacks run one at a time, in submission order, on one listener thread (Java runs them on the
 application thread while its heartbeat thread keeps the session alive). The member thread waits
 for each callback at most ``bound_s`` (the rebalance timeout) and calls ``keep_alive`` whenever a
-heartbeat is due meanwhile. A callback that raises becomes a fatal ``ListenerError``; one that
-overruns the bound is logged and left running (later callbacks queue behind it, order is kept).
+heartbeat is due meanwhile. A callback that overruns the bound is logged and left running (later
+callbacks queue behind it, order is kept).
+
+A callback that raises a transient Kafka fault (:func:`groupmgr.kafka_faults.classify_kafka`: a
+broker restart, a leader or coordinator move, a timeout) is run again with bounded exponential
+backoff, each retry logged once at WARNING with the fault's condition, until it succeeds or the
+bound passes; a transient fault that outlasts the bound is logged and left to the listener (which
+owns its retries past the bound; the pipeline runner does), never fatal. Any other exception
+becomes a fatal ``ListenerError``.
 """
 from __future__ import annotations
 
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Callable, Protocol
@@ -16,8 +24,10 @@ from typing import Callable, Protocol
 from groupmgr.core import TopicPartition
 from groupmgr.group_errors import GroupError, ListenerError
 from groupmgr.generation import Generation
+from groupmgr.kafka_faults import Backoff, Fault, call_with_retries, classify_kafka
 
 log = logging.getLogger(__name__)
+CALLBACK_BACKOFF = Backoff(initial_s=0.2, max_s=5.0)
 
 
 class RebalanceListener(Protocol):
@@ -45,6 +55,7 @@ class ListenerDispatcher:
         self._bound_s = bound_s
         self._clock = clock
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"scg-listener-{name}")
+        self._closed = threading.Event()
 
     def call(self, hook: str, args: tuple, next_heartbeat_s: Callable[[], float | None],
              keep_alive: Callable[[], None]) -> None:
@@ -53,8 +64,8 @@ class ListenerDispatcher:
         ``next_heartbeat_s()`` says how long until a heartbeat is due (None: no heartbeats now);
         ``keep_alive()`` is called each time one is due while the callback runs.
         """
-        future = self._executor.submit(getattr(self._listener, hook), *args)
         deadline = self._clock() + self._bound_s
+        future = self._executor.submit(self._run, hook, args, deadline)
         while True:
             remaining = deadline - self._clock()
             beat = next_heartbeat_s()
@@ -64,12 +75,28 @@ class ListenerDispatcher:
             except FutureTimeout:
                 pass
             except Exception as exc:
-                raise ListenerError(hook, exc) from exc
+                fault = classify_kafka(exc)
+                if fault is None or not fault.transient:
+                    raise ListenerError(hook, exc) from exc
+                log.warning("listener %s: transient %s persisted for %.1fs; continuing without it",
+                            hook, fault.headline(), self._bound_s)
+                return
             if self._clock() >= deadline:
                 log.warning("listener %s still running after %.1fs; continuing", hook, self._bound_s)
                 return
             keep_alive()
 
+    def _run(self, hook: str, args: tuple, deadline: float) -> None:
+        """On the listener thread: the callback, retried on transient Kafka faults until ``deadline``."""
+        def retrying(fault: Fault, attempt: int, delay: float) -> None:
+            log.warning("listener %s: transient %s; retry %d in %.1fs", hook, fault.headline(), attempt, delay)
+
+        call_with_retries(lambda: getattr(self._listener, hook)(*args), classify_kafka,
+                          backoff=CALLBACK_BACKOFF, deadline=deadline, clock=self._clock,
+                          wait=self._closed.wait, on_retry=retrying)
+
     def shutdown(self) -> None:
-        """Stop accepting callbacks; a running one is not interrupted (it finishes on its own)."""
+        """Stop accepting callbacks; a running one is not interrupted (it finishes on its own, a
+        pending retry is not started)."""
+        self._closed.set()
         self._executor.shutdown(wait=False)
