@@ -138,9 +138,11 @@ class KafkaConfig(_PicklableMappings):
     def spark_kafka_options(self) -> dict[str, str]:
         """Options for Spark's Kafka source (``kafka.``-prefixed Java client settings); secrets revealed.
 
-        SASL PLAIN/SCRAM becomes ``kafka.sasl.jaas.config``; ``ssl_ca_location`` becomes a PEM
-        truststore; a client certificate/key pair becomes an inline PEM keystore (the files are
-        read here, so executors need not have them). Every client_config entry is passed through.
+        SASL PLAIN/SCRAM becomes ``kafka.sasl.jaas.config``; ``ssl_ca_location`` becomes an inline
+        PEM truststore and a client certificate/key pair an inline PEM keystore (the files are read
+        here, on the driver, so executors need not have them). Every client_config entry is passed
+        through. Spark redacts these options in plans and event logs by the pattern
+        :data:`pipelines.runtime.spark_session.OPTION_REDACTION` the runner adds to the session.
         """
         sec = self.security
         opts = {"kafka.bootstrap.servers": self.bootstrap_string, "kafka.security.protocol": sec.protocol}
@@ -163,7 +165,7 @@ class KafkaConfig(_PicklableMappings):
         opts: dict[str, str] = {}
         if sec.ssl_ca_location:
             opts["kafka.ssl.truststore.type"] = "PEM"
-            opts["kafka.ssl.truststore.location"] = sec.ssl_ca_location
+            opts["kafka.ssl.truststore.certificates"] = Path(sec.ssl_ca_location).read_text()
         if sec.ssl_certificate_location and sec.ssl_key_location:
             opts["kafka.ssl.keystore.type"] = "PEM"
             opts["kafka.ssl.keystore.certificate.chain"] = Path(sec.ssl_certificate_location).read_text()

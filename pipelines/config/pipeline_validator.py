@@ -1,8 +1,10 @@
 """Validator: line-numbered YAML nodes -> frozen :class:`~pipelines.config.model.PipelineConfig`.
 
-Pure apart from three lookups it is given or makes on purpose: ``${NAME}`` references
-(from the ``env`` mapping passed in), ``*_file`` secrets (read from disk) and assignor
-names (``groupmgr.assignors.get_assignor``, which may import a plug-in module).
+Pure apart from four lookups it is given or makes on purpose: ``${NAME}`` references
+(from the ``env`` mapping passed in), ``*_file`` secrets (read from disk), the TLS
+certificate and key files (checked to be readable PEM, since the driver reads them to hand
+them to executors inline) and assignor names (``groupmgr.assignors.get_assignor``, which may
+import a plug-in module).
 
 Rules: every mapping rejects unknown keys first (with a did-you-mean suggestion), then
 fields are read in document order of the schema. The first problem raises a
@@ -26,8 +28,8 @@ from pipelines.config.model import (DEFAULT_MAX_OFFSETS_PER_TRIGGER, KAFKA_COORD
                                     SourceConfig, StorageConfig, TriggerConfig, UNSAFE_STORAGE_OPTIONS)
 from pipelines.config.fields import (AssignorLookup, Ctx, Section, as_bool, as_duration_ms, as_enum,
                                      as_env_str, as_list, as_location, as_positive_int, as_str,
-                                     default_assignor_lookup, read_secret, settings_map, suggest,
-                                     unique)
+                                     default_assignor_lookup, read_secret, resolve_location, settings_map,
+                                     suggest, unique)
 from pipelines.config.yaml_nodes import Condition as C
 from pipelines.config.yaml_nodes import Node, child_path
 from pipelines.config.schema import parse_schema
@@ -204,7 +206,7 @@ def _sasl(ctx: Ctx, sec: Section) -> dict[str, Any]:
 
 
 def _ssl(ctx: Ctx, sec: Section) -> dict[str, Any]:
-    paths = {key: as_location(ctx, sec.get(key), sec.sub(key)) if sec.get(key) else None
+    paths = {key: _pem_file(ctx, sec.get(key), sec.sub(key)) if sec.get(key) else None
              for key in ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")}
     if (paths["ssl_certificate_location"] is None) != (paths["ssl_key_location"] is None):
         line, path = sec.line_of("ssl_certificate_location", "ssl_key_location")
@@ -217,6 +219,24 @@ def _ssl(ctx: Ctx, sec: Section) -> dict[str, Any]:
         ctx.fail(line, path, C.CONFLICTING_FIELDS, "ssl_key_password needs ssl_key_location",
                  fields=("ssl_key_password", "ssl_key_location"))
     return {**paths, "ssl_key_password": key_password}
+
+
+def _pem_file(ctx: Ctx, node: Node, path: str) -> str:
+    """A local PEM file (CA, certificate or key) that exists and is readable now: every client
+    reads it on the driver (Spark's executors get its text inline), so a wrong path is a config
+    error, not a TLS failure later."""
+    location = resolve_location(ctx.base_dir, as_env_str(ctx, node, path).strip())
+    file = Path(location)
+    if not file.is_file():
+        ctx.fail(node.line, path, C.FILE_NOT_FOUND,
+                 f"{location} is not a file (a PEM file on the machine that runs the member is needed)")
+    try:
+        text = file.read_text(errors="replace")
+    except OSError as exc:
+        ctx.fail(node.line, path, C.FILE_NOT_READABLE, f"{location}: {exc.strerror}")
+    if "-----BEGIN " not in text:
+        ctx.fail(node.line, path, C.BAD_VALUE, f"{location} is not a PEM file (no -----BEGIN line)")
+    return location
 
 
 def _check_client_config(ctx: Ctx, node: Node | None, path: str, security: SecurityConfig) -> None:

@@ -20,6 +20,11 @@ RUNTIME_SETTINGS = {
     "spark.sql.session.timeZone": "UTC",
 }
 KAFKA_SOURCE_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+# Source options Spark must redact in plans, progress and event logs, besides its own defaults
+# (spark.redaction.regex matches secret|password|token|access.key in a key or a value): the
+# inline TLS private key (its key and value match none of those) and the JAAS config.
+OPTION_REDACTION = r"(?i)url|keystore[.]key|ssl[.]key[.]password|jaas|secret|password|token"
+OPTION_REDACTION_SETTING = "spark.sql.redaction.options.regex"
 
 
 class SparkSessionNotReady(ScgError):
@@ -83,7 +88,7 @@ def prepare_session(spark, hadoop_settings: Mapping[str, str] | None = None) -> 
     """Make any session fit to run a member, however it was created (here or by spark-submit).
 
     Applies :data:`RUNTIME_SETTINGS` (runtime SQL settings, so they take effect on an existing
-    session) and checks that Spark's Kafka source is on the classpath, raising
+    session), adds :data:`OPTION_REDACTION` to the session's option redaction pattern, and checks that Spark's Kafka source is on the classpath, raising
     :class:`SparkSessionNotReady` naming what is missing. Returns notes for the progress lines:
     each setting that had another value and was changed, and Delta's SQL extension when absent
     (the member writes through deltalake and does not need it; reading the table with Spark SQL
@@ -99,6 +104,8 @@ def prepare_session(spark, hadoop_settings: Mapping[str, str] | None = None) -> 
             spark.conf.set(key, value)
             if current is not None:
                 notes.append(f"{key} was {current}, set to {value}")
+    spark.conf.set(OPTION_REDACTION_SETTING,
+                   option_redaction_regex(spark.conf.get(OPTION_REDACTION_SETTING, None)))
     if not _has_class(spark, KAFKA_SOURCE_CLASS):
         raise SparkSessionNotReady(
             f"Spark's Kafka source ({KAFKA_SOURCE_CLASS}) is not on the classpath; add "
@@ -109,6 +116,14 @@ def prepare_session(spark, hadoop_settings: Mapping[str, str] | None = None) -> 
         notes.append("spark.sql.extensions has no io.delta.sql.DeltaSparkSessionExtension: the member "
                      "writes without it, but Spark SQL cannot read the tables in this session")
     return notes
+
+
+def option_redaction_regex(current: str | None) -> str:
+    """``spark.sql.redaction.options.regex`` covering every secret option the framework sets,
+    keeping the session's own pattern (it still redacts what it did). Idempotent."""
+    if not current or current == OPTION_REDACTION or current.endswith(f"|(?:{OPTION_REDACTION})"):
+        return current or OPTION_REDACTION
+    return f"(?:{current})|(?:{OPTION_REDACTION})"
 
 
 def _has_class(spark, name: str) -> bool:

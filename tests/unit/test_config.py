@@ -20,8 +20,9 @@ from pipelines.config.secrets import file_secret
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "conf" / "pipelines"
 PASSWORD = "s3cr3t-Pa55word-value"
+CA_FILE = ROOT / "tests" / "unit" / "config_cases" / "ca.pem"  # a PEM-shaped stand-in, no real key
 ENV = {"KAFKA_USER": "alice", "KAFKA_PASSWORD": PASSWORD, "KAFKA_BOOTSTRAP": "b1:9093,b2:9093",
-       "SCG_INSTANCE_ID": "orders-0", "OAUTH_SECRET": "oauth-secret-value"}
+       "SCG_INSTANCE_ID": "orders-0", "OAUTH_SECRET": "oauth-secret-value", "KAFKA_CA_FILE": str(CA_FILE)}
 BASE: dict[str, Any] = {
     "name": "demo",
     "kafka": {"bootstrap_servers": "127.0.0.1:9092"},
@@ -47,6 +48,12 @@ def load_error(tmp_path: Path, **overrides: Any) -> ConfigError:
     with pytest.raises(ConfigError) as info:
         load(tmp_path, **overrides)
     return info.value
+
+
+def write_pem(path: Path, label: str) -> str:
+    text = f"-----BEGIN {label}-----\nTUlJQw==\n-----END {label}-----\n"
+    path.write_text(text)
+    return text
 
 
 def kafka_with(**security: Any) -> dict[str, Any]:
@@ -238,6 +245,8 @@ def test_file_secrets_resolve_relative_to_yaml_and_strip_newline(tmp_path: Path)
     (tmp_path / "secrets" / "kafka").write_text(PASSWORD + "\n")
     (tmp_path / "keypass").write_text("key-pass-value\r\n")
     sasl = {**SASL, "sasl_password": None, "sasl_password_file": "secrets/kafka"}
+    write_pem(tmp_path / "c.pem", "CERTIFICATE")
+    write_pem(tmp_path / "k.pem", "PRIVATE KEY")
     ssl = {"ssl_certificate_location": "c.pem", "ssl_key_location": "k.pem", "ssl_key_password_file": "keypass"}
     security = load(tmp_path, kafka=kafka_with(**{k: v for k, v in {**sasl, **ssl}.items() if v})).kafka.security
     assert security.sasl_password.reveal() == PASSWORD
@@ -266,7 +275,7 @@ def test_file_secret_helper(tmp_path: Path):
 
 
 def _secure(tmp_path: Path) -> PipelineConfig:
-    return load(tmp_path, kafka={**kafka_with(**SASL, ssl_ca_location="/etc/ca.pem"),
+    return load(tmp_path, kafka={**kafka_with(**SASL, ssl_ca_location="${KAFKA_CA_FILE}"),
                                  "client_config": {"sasl.oauthbearer.client.secret": "${OAUTH_SECRET}",
                                                    "request.timeout.ms": 20000}},
                 spark={"spark.sql.shuffle.partitions": 4, "spark.hadoop.fs.s3a.secret.key": "${OAUTH_SECRET}",
@@ -319,19 +328,20 @@ def test_sasl_ssl_client_options(tmp_path: Path):
     assert kafka.confluent_config() == {
         "bootstrap.servers": "127.0.0.1:9092", "security.protocol": "SASL_SSL",
         "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": PASSWORD,
-        "ssl.ca.location": "/etc/ca.pem", "sasl.oauthbearer.client.secret": "oauth-secret-value",
+        "ssl.ca.location": str(CA_FILE), "sasl.oauthbearer.client.secret": "oauth-secret-value",
         "request.timeout.ms": "20000"}
     assert kafka.kafka_python_kwargs(accepted={"request_timeout_ms", "client_id"}) == {
         "bootstrap_servers": ["127.0.0.1:9092"], "security_protocol": "SASL_SSL",
         "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "alice", "sasl_plain_password": PASSWORD,
-        "ssl_cafile": "/etc/ca.pem", "request_timeout_ms": 20000}
+        "ssl_cafile": str(CA_FILE), "request_timeout_ms": 20000}
     spark = kafka.spark_kafka_options()
     assert spark["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
     assert spark["kafka.sasl.jaas.config"] == (
         'org.apache.kafka.common.security.scram.ScramLoginModule required '
         f'username="alice" password="{PASSWORD}";')
     assert spark["kafka.ssl.truststore.type"] == "PEM"
-    assert spark["kafka.ssl.truststore.location"] == "/etc/ca.pem"
+    assert spark["kafka.ssl.truststore.certificates"] == CA_FILE.read_text()  # inline: executors have no file
+    assert "kafka.ssl.truststore.location" not in spark
     assert spark["kafka.request.timeout.ms"] == "20000"
 
 
@@ -363,21 +373,31 @@ def test_java_only_client_settings_go_to_spark_only(tmp_path: Path):
 
 
 def test_client_certificate_becomes_inline_pem_keystore_for_spark(tmp_path: Path):
-    (tmp_path / "c.pem").write_text("CERT")
-    (tmp_path / "k.pem").write_text("KEY")
+    cert = write_pem(tmp_path / "c.pem", "CERTIFICATE")
+    key = write_pem(tmp_path / "k.pem", "PRIVATE KEY")
     kafka = load(tmp_path, kafka=kafka_with(protocol="SSL", ssl_certificate_location="c.pem",
                                             ssl_key_location="k.pem", ssl_key_password="${KAFKA_PASSWORD}")).kafka
     spark = kafka.spark_kafka_options()
     assert (spark["kafka.ssl.keystore.type"], spark["kafka.ssl.keystore.certificate.chain"],
-            spark["kafka.ssl.keystore.key"], spark["kafka.ssl.key.password"]) == ("PEM", "CERT", "KEY", PASSWORD)
+            spark["kafka.ssl.keystore.key"], spark["kafka.ssl.key.password"]) == ("PEM", cert, key, PASSWORD)
     assert kafka.confluent_config()["ssl.key.location"] == str(tmp_path.resolve() / "k.pem")
     assert kafka.kafka_python_kwargs()["ssl_password"] == PASSWORD
 
 
 def test_certificate_without_key_conflicts(tmp_path: Path):
+    write_pem(tmp_path / "c.pem", "CERTIFICATE")
     error = load_error(tmp_path, kafka=kafka_with(protocol="SSL", ssl_certificate_location="c.pem"))
     assert (error.condition, error.field_path) == (Condition.CONFLICTING_FIELDS,
                                                    "kafka.security.ssl_certificate_location")
+
+
+@pytest.mark.parametrize("content, condition", [
+    (None, Condition.FILE_NOT_FOUND), ("not a certificate", Condition.BAD_VALUE)])
+def test_tls_files_must_be_readable_pem_when_loaded(tmp_path: Path, content: str | None, condition: Condition):
+    if content is not None:
+        (tmp_path / "ca.pem").write_text(content)
+    error = load_error(tmp_path, kafka=kafka_with(protocol="SSL", ssl_ca_location="ca.pem"))
+    assert (error.condition, error.field_path) == (condition, "kafka.security.ssl_ca_location")
 
 
 # ---------------------------------------------------------------- immutability, loader, examples

@@ -1,0 +1,56 @@
+"""Spark's option redaction pattern covers every secret Kafka source option the framework sets
+(pure: the pattern is checked with Python's re, which reads it as Java does for these keys)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pipelines.config import load_pipeline
+from pipelines.runtime.spark_session import OPTION_REDACTION, option_redaction_regex
+
+PASSWORD = "pw-canary-1"
+KEY_TEXT = "-----BEGIN PRIVATE KEY-----\nS0VZLWNhbmFyeQ==\n-----END PRIVATE KEY-----\n"
+
+
+def _spark_options(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\nQ0E=\n-----END CERTIFICATE-----\n")
+    (tmp_path / "client.pem").write_text("-----BEGIN CERTIFICATE-----\nQ0w=\n-----END CERTIFICATE-----\n")
+    (tmp_path / "client.key").write_text(KEY_TEXT)
+    (tmp_path / "p.yaml").write_text(f"""
+name: r
+kafka:
+  bootstrap_servers: 127.0.0.1:9093
+  security:
+    protocol: SASL_SSL
+    sasl_mechanism: SCRAM-SHA-512
+    sasl_username: u
+    sasl_password: ${{PW}}
+    ssl_ca_location: ca.pem
+    ssl_certificate_location: client.pem
+    ssl_key_location: client.key
+    ssl_key_password: ${{PW}}
+topics: [t]
+group: {{id: g}}
+format: {{schema: "id BIGINT"}}
+sink: {{path: out}}
+""")
+    return load_pipeline(tmp_path / "p.yaml", env={"PW": PASSWORD}).kafka.spark_kafka_options()
+
+
+def test_every_option_holding_a_secret_is_redacted(tmp_path: Path):
+    pattern = re.compile(OPTION_REDACTION)
+    options = _spark_options(tmp_path)
+    secret_options = {k for k, v in options.items() if PASSWORD in v or "PRIVATE KEY" in v}
+    assert secret_options == {"kafka.sasl.jaas.config", "kafka.ssl.keystore.key", "kafka.ssl.key.password"}
+    for key in secret_options:  # Spark redacts an option when its key or its value matches
+        assert pattern.search(key) or pattern.search(options[key]), key
+    for key in ("kafka.bootstrap.servers", "kafka.ssl.truststore.certificates", "kafka.ssl.keystore.certificate.chain"):
+        assert not pattern.search(key)
+
+
+def test_the_sessions_own_pattern_is_kept_and_adding_is_idempotent():
+    assert option_redaction_regex(None) == OPTION_REDACTION
+    combined = option_redaction_regex("(?i)url")
+    assert combined == f"(?:(?i)url)|(?:{OPTION_REDACTION})"
+    assert option_redaction_regex(combined) == combined
+    assert option_redaction_regex(OPTION_REDACTION) == OPTION_REDACTION
