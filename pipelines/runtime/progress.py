@@ -1,6 +1,7 @@
-"""Human-readable progress of a running member: assignment changes and one line per micro-batch
-(records, rate, duration, Delta commit time, lag per partition). Output goes through one
-callable (print by default); thread safe."""
+"""Human-readable progress of a running member: assignment changes, one line per micro-batch
+(records, rate, duration, Delta commit time, lag per partition) and one line per retry after a
+failure (its kind and condition, the attempt, the wait, how long it has persisted). Output goes
+through one callable (print by default); thread safe."""
 from __future__ import annotations
 
 import threading
@@ -44,6 +45,16 @@ class ProgressPrinter:
 
     def refused(self, batch_id: int, error) -> None:
         self._emit(f"batch {batch_id} refused by the table, nothing written: {error}")
+
+    def retrying(self, what: str, verdict) -> None:
+        """One line per retry: ``what`` failed; ``verdict`` (failure_rules.Verdict) names the fault
+        and when the next attempt is. An unrecognised failure shows its restart budget (n/limit);
+        a transient one, retried as long as it lasts, its attempt and how long it has persisted."""
+        fault = verdict.fault
+        budget = (f"({verdict.unknown_count}/{verdict.unknown_limit})" if fault.kind.value == "unknown"
+                  else f"(retry {verdict.attempt}, {fault.kind.value}, failing for {verdict.persisted_s:.0f}s)")
+        self._emit(f"{what} ({fault.headline()[:300]}); restarting from the table's offsets "
+                   f"{budget} in {verdict.delay_s:.1f}s")
 
 def _lag_text(lag) -> str:
     if not lag:

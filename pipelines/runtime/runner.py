@@ -12,6 +12,16 @@ Lifecycle (docs/DESIGN.md, data flow):
 The member's thread calls the listener methods; the main thread (:meth:`PipelineRunner.run`)
 watches the member and the query and prints progress. ``_lock`` serialises query changes.
 Offsets are next-offset-to-read everywhere (docs/DESIGN.md, invariant 2).
+
+Failures (docs/DESIGN.md, errors; invariant 9): starting the query of an assignment and a failed
+query are classified by :func:`pipelines.runtime.failure_rules.classify_failure`. A transient fault
+(broker restart, leader or coordinator move, timeout, storage hiccup) never ends the member: the
+start is retried, and a failed query restarted from the table's offsets, by the main thread after a
+bounded exponential backoff with jitter, for as long as the fault lasts; every retry is one progress
+line naming the condition. A permanent fault ends the member with its condition
+(:class:`PermanentFault`, or the project's own ``ScgError``); an unrecognised one after
+``MAX_UNKNOWN_RESTARTS`` consecutive restarts (:class:`QueryFailedRepeatedly`). ``on_assigned``
+never raises: a failure is left to the main thread.
 """
 from __future__ import annotations
 
@@ -23,29 +33,43 @@ from collections.abc import Callable, Mapping
 from groupmgr.coordinator_client import ACCEPTED_CLIENT_SETTINGS
 from groupmgr.core import ScgError, TopicPartition
 from groupmgr.generation import Generation
+from groupmgr.kafka_faults import Backoff, Fault, FaultKind
 from groupmgr.member import GroupMember, MemberConfig
 from pipelines.runtime import streaming_query as queries
 from pipelines.runtime.batch_writer import NO_HOOKS, BatchHooks, BatchReport, BatchWriter, TableTargets
 from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
+from pipelines.runtime.failure_rules import RestartPolicy, Verdict
 from pipelines.runtime.hadoop_fs import HadoopFileSystem
 from pipelines.runtime.pipeline_spec import PipelineSpec
 from pipelines.runtime.pipeline_tables import open_tables
 from pipelines.runtime.progress import ProgressPrinter
 from pipelines.runtime.spark_session import prepare_session
-from pipelines.runtime.start_offsets import StartDecision, choose_start_offsets
+from pipelines.runtime.start_offsets import StartDecision, choose_start_offsets, needs_policy
 from pipelines.runtime.watermarks import Watermarks
 
 log = logging.getLogger("scg.runner")
 POLL_S = 0.5
-MAX_RESTARTS = 5
-RESTART_WINDOW_S = 600.0
-RESTART_BACKOFF_S = 2.0  # times the number of recent failures, at most 10 s
+RESTART_BACKOFF_S = 1.0    # first wait of a failure streak; doubles per attempt (jitter 20 %)
+RESTART_BACKOFF_MAX_S = 30.0
+MAX_UNKNOWN_RESTARTS = 5    # consecutive restarts after failures no rule recognises
+STABLE_AFTER_S = 60.0       # a query running this long (or a committed batch) ends a failure streak
 
 
 class QueryFailedRepeatedly(ScgError):
-    """The member's query kept failing after restarts from the table's offsets."""
+    """The member's query kept failing, for a reason no rule recognises, after restarts from the
+    table's offsets."""
 
     condition = "QUERY_FAILED_REPEATEDLY"
+
+
+class PermanentFault(ScgError):
+    """A failure a person must fix ended the member; ``condition`` is the fault's own
+    (``TOPIC_AUTHORIZATION_FAILED``, ``STORAGE_UNAVAILABLE``, ``KAFKA_DATA_LOSS``, ...)."""
+
+    def __init__(self, fault: Fault, what: str):
+        self.fault = fault
+        self.condition = fault.condition  # type: ignore[misc]  # per instance, like BrokerError
+        super().__init__(f"[{fault.condition}] {what}: {fault.detail}")
 
 
 MemberFactory = Callable[[PipelineSpec, "PipelineRunner"], GroupMember]
@@ -72,34 +96,46 @@ class PipelineRunner:
             table.check_storage()  # the storage answers now, or a named error before joining the group
         self.watermarks = Watermarks(config.kafka.confluent_config())
         self.member = (member_factory or group_member_factory)(config, self)
+        self._init_lifecycle()
+
+    def _init_lifecycle(self) -> None:
+        """The query and failure state (no I/O), set before the member can call back."""
         self._lock = threading.RLock()
         self._query = None
         self._checkpoint = None
         self._owned: tuple[TopicPartition, ...] = ()
         self._generation: Generation | None = None
         self._refused_batch: int | None = None   # set when the table refused a batch of this query
-        self._failures: list[float] = []
+        self._pending_start = False              # owned partitions wait for a (re)start of the query
+        self._retry_at = 0.0                     # monotonic time of the next start attempt
+        self._restarts = RestartPolicy(Backoff(RESTART_BACKOFF_S, RESTART_BACKOFF_MAX_S), MAX_UNKNOWN_RESTARTS,
+                                       time.monotonic)
+        self._batch_done = False                 # set by the query thread after a committed batch
+        self._started_at = 0.0
+        self._fatal: BaseException | None = None  # a permanent failure for run() to raise
 
     # -- RebalanceListener ------------------------------------------------------------------------
     def on_assigned(self, generation: Generation, partitions) -> None:
+        """Start the query over ``partitions``; never raises (a failure is the main thread's)."""
         with self._lock:
             self._stop_query()
             self._generation, self._owned = generation, tuple(sorted(partitions))
             self.progress.assigned(generation, self._owned)
+            self._pending_start, self._retry_at = bool(self._owned), 0.0
             if self._owned:
-                self._start_query()
+                self._try_start("query start failed")
 
     def on_revoked(self, partitions) -> None:
         with self._lock:
             self.progress.revoked(partitions)
             self._stop_query()
-            self._owned = ()
+            self._owned, self._pending_start = (), False
 
     def on_fenced(self, error) -> None:
         with self._lock:
             self.progress.note(f"fenced by the group ({error}); stopping the query and rejoining")
             self._stop_query()
-            self._owned = ()
+            self._owned, self._pending_start = (), False
 
     # -- main loop --------------------------------------------------------------------------------
     def run(self, stop: threading.Event | None = None,
@@ -124,10 +160,22 @@ class PipelineRunner:
 
     # -- internals --------------------------------------------------------------------------------
     def _check_query(self) -> str:
+        """One look at the query (main thread): restart it when due, raise a permanent failure."""
         with self._lock:
+            self._raise_if_fatal()
+            if self._batch_done or (self._query is not None
+                                    and time.monotonic() - self._started_at >= STABLE_AFTER_S):
+                self._batch_done = False
+                self._restarts.succeeded()
             query = self._query
-            if query is None or query.isActive:
-                return "idle" if query is None else "active"
+            if query is None:
+                if self._pending_start and self._owned and time.monotonic() >= self._retry_at:
+                    self._try_start("query restart failed")
+                    self._raise_if_fatal()
+                    return "restarted" if self._query is not None else "idle"
+                return "idle"
+            if query.isActive:
+                return "active"
             error = query.exception()
             refused = self._refused_batch is not None
             self._stop_query()
@@ -136,25 +184,34 @@ class PipelineRunner:
             if refused:
                 self.progress.note("query stopped after a refused batch; waiting for the group to rebalance")
                 return "fenced"
-            generation = self._generation
-        self._restart_after(error, generation)
-        return "restarted"
+            # Restart from the table's offsets (nothing is lost or repeated: the next batch starts
+            # where the last Delta commit ended), after a backoff, unless the cause is permanent.
+            self._pending_start = True
+            self._failed(error, "query failed")
+            self._raise_if_fatal()
+            return "restarting"
 
-    def _restart_after(self, error, generation) -> None:
-        """Restart a failed query from the table's offsets (nothing is lost or repeated: the next
-        batch starts where the last Delta commit ended), at most MAX_RESTARTS times within
-        RESTART_WINDOW_S; past that the failure is the member's and ``run`` raises it."""
-        now = time.monotonic()
-        self._failures = [t for t in self._failures if now - t < RESTART_WINDOW_S] + [now]
-        if len(self._failures) > MAX_RESTARTS:
-            raise QueryFailedRepeatedly(f"query failed {len(self._failures)} times within "
-                                        f"{RESTART_WINDOW_S:.0f}s; last error: {_first_line(error)}") from None
-        self.progress.note(f"query failed ({_first_line(error)[:300]}); restarting from the table's "
-                           f"offsets ({len(self._failures)}/{MAX_RESTARTS})")
-        time.sleep(min(RESTART_BACKOFF_S * len(self._failures), 10.0))  # outside the lock: rebalances go on
-        with self._lock:
-            if self._owned and self._query is None and self._generation is generation:
-                self._start_query()
+    def _try_start(self, what: str) -> None:
+        """Start the query over the owned partitions; a failure is classified (``_failed``)."""
+        try:
+            self._start_query()
+            self._pending_start, self._started_at = False, time.monotonic()
+        except Exception as exc:  # noqa: BLE001 - classified: retried later or fatal
+            self._stop_query()
+            self._failed(exc, what)
+
+    def _failed(self, exc: BaseException, what: str) -> None:
+        """Classify ``exc``: schedule the next start after a backoff, or record a fatal failure."""
+        verdict = self._restarts.failed(exc)
+        if verdict.give_up:
+            self._fatal = fatal_error(exc, verdict, what)
+            return
+        self._retry_at = time.monotonic() + verdict.delay_s
+        self.progress.retrying(what, verdict)
+
+    def _raise_if_fatal(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
 
     def _start_query(self) -> None:
         # Claim first, then read the recorded offsets: anything a previous owner committed before
@@ -178,9 +235,18 @@ class PipelineRunner:
         delta = self.tables.table.recorded_offsets(partitions)
         committed = {tp: getattr(om, "offset", om)
                      for tp, om in self.member.committed(partitions).items()}
-        earliest, latest = self.watermarks.earliest(partitions), self.watermarks.latest(partitions)
-        return choose_start_offsets(partitions, delta, committed,
-                                    self.config.source.starting_offsets, earliest, latest)
+        earliest = latest = {}
+        policy = self.config.source.starting_offsets
+        unknown = needs_policy(partitions, delta, committed)
+        if unknown and policy in ("earliest", "latest"):
+            try:
+                earliest = self.watermarks.earliest(unknown) if policy == "earliest" else {}
+                latest = self.watermarks.latest(unknown) if policy == "latest" else {}
+            except Exception:
+                # a client whose metadata went stale (a broker restarted) is replaced for the retry
+                self.watermarks = Watermarks(self.config.kafka.confluent_config())
+                raise
+        return choose_start_offsets(partitions, delta, committed, policy, earliest, latest)
 
     def _stop_query(self) -> None:
         if self._query is not None:
@@ -200,6 +266,7 @@ class PipelineRunner:
 
     def _on_batch(self, report: BatchReport) -> None:
         """Report the batch with the lag of its partitions (log end - next offset to read)."""
+        self._batch_done = True  # a committed batch ends a failure streak (read by the main thread)
         try:
             latest = self.watermarks.latest(r.tp for r in report.ranges)
         except Exception:  # noqa: BLE001 - lag is informative only; the batch is committed
@@ -215,6 +282,17 @@ class PipelineRunner:
             self.progress.note(f"Kafka offset commit refused ({type(exc).__name__}: {exc}); "
                                "the Delta table is authoritative, the next owner resumes from it")
             return False
+
+
+def fatal_error(exc: BaseException, verdict: Verdict, what: str) -> ScgError:
+    """The error that ends the member after ``verdict`` gave up on ``exc``: the project's own
+    error as it is, else a named :class:`PermanentFault` or :class:`QueryFailedRepeatedly`."""
+    if verdict.fault.kind is FaultKind.UNKNOWN:
+        return QueryFailedRepeatedly(f"{what} {verdict.unknown_count} times in a row for reasons no rule "
+                                     f"recognises; last error: {verdict.fault.detail}")
+    if isinstance(exc, ScgError):
+        return exc
+    return PermanentFault(verdict.fault, what)
 
 
 def group_member_factory(config: PipelineSpec, listener: PipelineRunner, **overrides) -> GroupMember:
@@ -261,8 +339,3 @@ def _without(mapping, *keys) -> dict:
 def _label(generation: Generation | None) -> str:
     gen_id = getattr(generation, "generation_id", generation)
     return f"gen-{gen_id}-{int(time.time() * 1000)}"
-
-
-def _first_line(error) -> str:
-    text = str(error)
-    return text.splitlines()[0] if text else repr(error)

@@ -2,7 +2,9 @@
 
 Precedence (docs/DESIGN.md, data flow): the Delta table's recorded version (the next offset the table
 needs) > the group's committed Kafka offset > the starting policy (earliest | latest | error).
-All offsets follow Kafka's next-offset-to-read convention.
+All offsets follow Kafka's next-offset-to-read convention. Only partitions that fall through to the
+policy need the brokers' earliest / latest offsets (:func:`needs_policy`), so a partition the table
+or the group already knows never waits on ListOffsets.
 """
 from __future__ import annotations
 
@@ -30,6 +32,14 @@ class StartDecision:
 
     offset: int
     origin: str   # "delta" | "kafka" | "earliest" | "latest"
+
+
+def needs_policy(partitions: Iterable[TopicPartition],
+                 delta: Mapping[TopicPartition, int | None],
+                 committed: Mapping[TopicPartition, int | None]) -> list[TopicPartition]:
+    """Pure: the partitions (sorted) that neither the table nor the group has an offset for."""
+    return [tp for tp in sorted(set(partitions))
+            if delta.get(tp) is None and (committed.get(tp) is None or committed[tp] < 0)]
 
 
 def choose_start_offsets(partitions: Iterable[TopicPartition],

@@ -61,3 +61,11 @@ def test_error_policy_is_fine_when_every_partition_has_an_offset():
 
 def test_a_recorded_offset_below_earliest_is_kept_for_the_sink_to_judge():
     assert choose([A], delta={A: 3}) == {A: StartDecision(3, "delta")}
+
+
+def test_only_partitions_without_a_recorded_offset_need_the_policy():
+    from pipelines.runtime.start_offsets import needs_policy
+
+    assert needs_policy([C, B, A], {A: 5, B: None}, {B: 7, C: -1}) == [C]
+    assert needs_policy([A, B], {A: 0}, {B: 0}) == []
+    assert needs_policy([A, A], {}, {}) == [A]

@@ -1,0 +1,149 @@
+"""The runner's failure handling without Spark or Kafka: a transient fault while starting or
+running the query is retried with backoff forever and never ends the member; a permanent one ends
+it with its named condition; unrecognised failures get a bounded number of restarts
+(pipelines/runtime/runner.py, docs/DESIGN.md invariant 9)."""
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from groupmgr.core import TopicPartition
+from pipelines.runtime.progress import ProgressPrinter
+from pipelines.runtime.runner import MAX_UNKNOWN_RESTARTS, PermanentFault, PipelineRunner, QueryFailedRepeatedly
+from pipelines.runtime.start_offsets import NoStartingOffsetError
+
+TPS = (TopicPartition("t", 0), TopicPartition("t", 1))
+
+
+class FailedQuery:
+    """A stopped query that failed with ``error``."""
+
+    isActive = False
+
+    def __init__(self, error):
+        self.error = error
+
+    def exception(self):
+        return self.error
+
+    def stop(self):
+        pass
+
+
+class RunningQuery(FailedQuery):
+    isActive = True
+
+    def __init__(self):
+        super().__init__(None)
+
+
+class Harness:
+    """A PipelineRunner without Spark, tables or a member: ``starts`` scripts what each start of
+    the query does (an exception to raise, or a query object to install)."""
+
+    def __init__(self, *starts):
+        self.lines: list[str] = []
+        self.starts = list(starts)
+        self.runner = PipelineRunner.__new__(PipelineRunner)
+        self.runner.progress = ProgressPrinter(self.lines.append)
+        self.runner._init_lifecycle()
+        self.runner._start_query = self._start
+
+    def _start(self):
+        outcome = self.starts.pop(0) if self.starts else RunningQuery()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        self.runner._query = outcome
+
+    def due(self):
+        """Let the backoff pass, then one look by the main thread."""
+        self.runner._retry_at = 0.0
+        return self.runner._check_query()
+
+
+def fenced_epoch():
+    return KafkaException(KafkaError(KafkaError.FENCED_LEADER_EPOCH))
+
+
+def test_a_transient_fault_in_on_assigned_is_retried_by_the_main_thread_not_fatal():
+    h = Harness(fenced_epoch(), fenced_epoch())
+    h.runner.on_assigned(1, TPS)  # does not raise
+    assert h.runner._query is None and h.runner._check_query() == "idle"  # backoff not over yet
+    assert h.due() == "idle"       # the second attempt fails too
+    assert h.due() == "restarted"  # the third starts the query
+    assert h.runner._check_query() == "active"
+    retries = [line for line in h.lines if "[FENCED_LEADER_EPOCH]" in line]
+    assert len(retries) == 2 and "retry 1, transient" in retries[0] and "retry 2, transient" in retries[1]
+
+
+def test_backoff_grows_between_start_attempts():
+    h = Harness(fenced_epoch(), fenced_epoch(), fenced_epoch())
+    h.runner.on_assigned(1, TPS)
+    waits = []
+    for _ in range(2):
+        waits.append(float(h.lines[-1].rsplit(" in ", 1)[1].rstrip("s")))
+        h.due()
+    waits.append(float(h.lines[-1].rsplit(" in ", 1)[1].rstrip("s")))
+    assert waits[0] < waits[1] < waits[2]
+
+
+def test_transient_query_failures_restart_it_forever():
+    h = Harness(*[FailedQuery(Exception("org.apache.kafka.common.errors.NotLeaderOrFollowerException: x"))] * 60)
+    h.runner.on_assigned(1, TPS)
+    for _ in range(60):
+        assert h.runner._check_query() == "restarting"
+        assert h.due() == "restarted"
+    assert sum("[NOT_LEADER_OR_FOLLOWER]" in line for line in h.lines) == 60
+    assert "retry 60, transient" in h.lines[-1]
+
+
+def test_a_committed_batch_ends_the_failure_streak():
+    h = Harness(fenced_epoch(), fenced_epoch())
+    h.runner.on_assigned(1, TPS)
+    h.due()
+    h.due()
+    h.runner._batch_done = True
+    h.runner._query = FailedQuery(fenced_epoch())
+    assert h.runner._check_query() == "restarting"
+    assert "retry 1, transient" in h.lines[-1]
+
+
+def test_a_permanent_fault_ends_the_member_with_its_condition():
+    h = Harness(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
+    h.runner.on_assigned(1, TPS)  # never raises on the member's thread
+    with pytest.raises(PermanentFault) as info:
+        h.runner._check_query()
+    assert info.value.condition == "TOPIC_AUTHORIZATION_FAILED"
+    assert info.value.headline().startswith("[TOPIC_AUTHORIZATION_FAILED] query start failed")
+
+
+def test_a_project_error_ends_the_member_as_itself():
+    h = Harness(NoStartingOffsetError([TPS[0]]))
+    h.runner.on_assigned(1, TPS)
+    with pytest.raises(NoStartingOffsetError):
+        h.runner._check_query()
+
+
+def test_a_permanent_query_failure_ends_the_member():
+    h = Harness(FailedQuery(Exception("org.apache.kafka.common.errors.TopicAuthorizationException: denied")))
+    h.runner.on_assigned(1, TPS)
+    with pytest.raises(PermanentFault) as info:
+        h.runner._check_query()
+    assert info.value.condition == "TOPIC_AUTHORIZATION"
+
+
+def test_unrecognised_query_failures_end_the_member_after_the_limit():
+    h = Harness(*[FailedQuery(RuntimeError("bug"))] * (MAX_UNKNOWN_RESTARTS + 1))
+    h.runner.on_assigned(1, TPS)
+    for n in range(1, MAX_UNKNOWN_RESTARTS + 1):
+        assert h.runner._check_query() == "restarting"
+        assert f"restarting from the table's offsets ({n}/{MAX_UNKNOWN_RESTARTS})" in h.lines[-1]
+        h.due()
+    with pytest.raises(QueryFailedRepeatedly):
+        h.runner._check_query()
+
+
+def test_revoking_cancels_a_pending_start():
+    h = Harness(fenced_epoch())
+    h.runner.on_assigned(1, TPS)
+    h.runner.on_revoked(TPS)
+    assert h.due() == "idle" and h.starts == []
+    assert h.runner._query is None
