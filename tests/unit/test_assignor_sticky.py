@@ -207,3 +207,29 @@ def test_assign_returns_each_members_partitions_sorted_even_from_unsorted_claims
     result = ASSIGNOR.assign({"t": 4}, {"a": sub("t", owned=owned, generation=1), "b": sub("t", owned=[], generation=1)})
     assert all(ps == sorted(ps) for ps in result.values())
     assert sorted(result["a"] + result["b"]) == tps("t", 0, 1, 2, 3)
+
+
+# --- pieces the mutation run showed untested (issue 13) ---
+
+def test_a_claim_on_a_topic_the_claimer_dropped_is_ignored_even_if_the_first_member_subscribes_to_it():
+    result = assign({"t": 2, "u": 1}, {"a": sub("t", "u"), "b": sub("u", owned=tps("t", 1), generation=1),
+                                       "c": sub("t", "u")})
+    assert all(tp.topic == "u" for tp in result["b"])
+    assert sorted(result["a"] + result["b"] + result["c"]) == tps("t", 0, 1) + tps("u", 0)
+
+
+def test_topics_with_fewer_subscribers_are_handed_out_first():
+    """m1 can only take t0: t1 (two subscribers) is dealt before t0 (three), so t0 is left for m1."""
+    result = assign({"t0": 1, "t1": 1}, {"m0": sub("t0", "t1"), "m1": sub("t0"), "m2": sub("t0", "t1")})
+    assert result == {"m0": tps("t1", 0), "m1": tps("t0", 0), "m2": []}
+
+
+def test_topics_with_no_or_a_negative_partition_count_are_no_topics_of_a_member():
+    subscriptions = {"a": sub("t", "u", "v"), "b": sub("v")}
+    assert sticky_module.effective_topics({"t": 2, "u": 0, "v": -1}, subscriptions, ["a", "b"]) == [
+        frozenset({"t"}), frozenset()]
+
+
+def test_a_new_group_with_more_members_than_partitions_gets_one_list_per_member():
+    owned = [[], [], [], []]
+    assert sticky_module.constrained_assign({"t": 2}, owned) == [tps("t", 0), tps("t", 1), [], []]
