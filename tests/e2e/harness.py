@@ -106,14 +106,14 @@ class MemberProcess:
 
 class SteadyProducer:
     """Produces small JSON records round-robin over a topic's partitions until stopped; records
-    the acknowledged (topic, partition, offset) set."""
+    the acknowledged (topic, partition, offset) set. ``settings`` add producer settings."""
 
-    def __init__(self, bootstrap: str, topic: str, rate_per_s: int = 400):
+    def __init__(self, bootstrap: str, topic: str, rate_per_s: int = 400, settings: dict | None = None):
         self.topic, self.rate = topic, rate_per_s
         self.acked: set[tuple[str, int, int]] = set()
         self._stop = threading.Event()
         self._producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                                   "log_level": 3})
+                                   "log_level": 3, **(settings or {})})
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._next = 0
 
@@ -143,3 +143,119 @@ class SteadyProducer:
         self._thread.join(30)
         assert self._producer.flush(60) == 0
         return self.acked
+
+
+class BrokerNode:
+    """One node of a LocalKafka cluster (``pipelines.local.local_kafka``) that a test SIGKILLs and
+    starts again: the same command line, working directory and environment as the process it
+    replaces (read from /proc before the kill), the same data directory, output appended to the
+    node's log. The new pid is written into the cluster's state file, so ``LocalKafka.stop()``
+    still stops every node."""
+
+    def __init__(self, state_dir: Path, node_id: int):
+        self.state_file = Path(state_dir) / "cluster.json"
+        self.node_id = node_id
+        node = self._recorded()
+        self.pid, self.client_port, self.log_file = node["pid"], node["client_port"], node["log_file"]
+        self._argv = Path(f"/proc/{self.pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        self._cwd = os.readlink(f"/proc/{self.pid}/cwd")
+        raw_env = Path(f"/proc/{self.pid}/environ").read_bytes().rstrip(b"\0").split(b"\0")
+        self._env = dict(item.decode().split("=", 1) for item in raw_env if b"=" in item)
+
+    def _recorded(self) -> dict:
+        import json
+
+        state = json.loads(self.state_file.read_text())
+        return next(n for n in state["nodes"] if n["node_id"] == self.node_id)
+
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        try:
+            return Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    def kill(self, timeout_s: float = 30.0) -> None:
+        """SIGKILL the node's process group; returns once the process is gone and its port closed."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        wait_until(lambda: self._reap() or not self.alive(), timeout_s, f"broker {self.node_id} to die")
+        wait_until(lambda: not _port_open(self.client_port), timeout_s, f"broker {self.node_id}'s port to close")
+
+    def _reap(self) -> bool:
+        try:
+            return os.waitpid(self.pid, os.WNOHANG)[0] == self.pid
+        except ChildProcessError:  # not our child (or already reaped)
+            return False
+
+    def start(self) -> None:
+        """Start the node again with the recorded command (its data directory is kept)."""
+        import json
+
+        with open(self.log_file, "ab") as out:
+            proc = subprocess.Popen([a.decode() for a in self._argv], cwd=self._cwd, env=self._env,
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        self.pid = proc.pid
+        state = json.loads(self.state_file.read_text())
+        for node in state["nodes"]:
+            if node["node_id"] == self.node_id:
+                node["pid"] = proc.pid
+        tmp = self.state_file.with_suffix(".restart.tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.state_file)
+
+
+def _port_open(port: int, host: str = "127.0.0.1") -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+class ClusterView:
+    """What the cluster's metadata says about its brokers and partition replicas (confluent-kafka
+    AdminClient; every call bounded)."""
+
+    def __init__(self, bootstrap: str):
+        from confluent_kafka.admin import AdminClient
+
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "logger": _Quiet()})
+
+    def _metadata(self):
+        try:
+            return self.admin.list_topics(timeout=5)
+        except Exception:  # noqa: BLE001 - no answer now; the caller's wait retries
+            return None
+
+    def brokers(self) -> set[int]:
+        metadata = self._metadata()
+        return set(metadata.brokers) if metadata else set()
+
+    def leads_nothing(self, node_id: int) -> bool:
+        """True once no partition (internal topics included) has ``node_id`` as its leader."""
+        metadata = self._metadata()
+        return bool(metadata) and all(p.leader != node_id for t in metadata.topics.values()
+                                      for p in t.partitions.values())
+
+    def in_every_isr(self, node_id: int) -> bool:
+        """True once ``node_id`` is a live broker in the in-sync replicas of every partition it
+        replicates (internal topics included)."""
+        metadata = self._metadata()
+        if not metadata or node_id not in metadata.brokers:
+            return False
+        return all(node_id in p.isrs for t in metadata.topics.values() for p in t.partitions.values()
+                   if node_id in p.replicas)
+
+
+class _Quiet:
+    """librdkafka logs refused connections while a broker is down; they are expected here."""
+
+    def log(self, *args, **kwargs):
+        pass
