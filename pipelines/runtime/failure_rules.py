@@ -84,8 +84,9 @@ _PROJECT_TRANSIENT.update({"CommitFailedError": "COMMIT_CONFLICT", SinkError.__n
 _PROJECT_PERMANENT = {cls.__name__: cls.condition for cls in (OffsetGapError, NoStartingOffsetError)}
 
 
-def classify_failure(exc: BaseException) -> Fault:
-    """The fault of ``exc`` by the module rules (never raises)."""
+def classify_failure(exc: BaseException, text: str | None = None) -> Fault:
+    """The fault of ``exc`` by the module rules (never raises). ``text``: ``exc`` with its cause
+    chain spelled out (``streaming_query.failure_text``) for rule 5; default ``Type: message``."""
     kafka = classify_kafka(exc)
     if kafka is not None:
         return kafka
@@ -103,7 +104,7 @@ def classify_failure(exc: BaseException) -> Fault:
                      _one_line(exc))
     if isinstance(exc, OSError):
         return classify_storage(f"{type(exc).__name__}: {exc}")
-    return classify_text(f"{type(exc).__name__}: {exc}")
+    return classify_text(text or f"{type(exc).__name__}: {exc}")
 
 
 def classify_storage(reason: str, condition: str = "STORAGE_UNAVAILABLE") -> Fault:

@@ -38,7 +38,7 @@ from groupmgr.member import GroupMember, MemberConfig
 from pipelines.runtime import streaming_query as queries
 from pipelines.runtime.batch_writer import NO_HOOKS, BatchHooks, BatchReport, BatchWriter, TableTargets
 from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
-from pipelines.runtime.failure_rules import RestartPolicy, Verdict
+from pipelines.runtime.failure_rules import RestartPolicy, Verdict, classify_failure
 from pipelines.runtime.hadoop_fs import HadoopFileSystem
 from pipelines.runtime.pipeline_spec import PipelineSpec
 from pipelines.runtime.pipeline_tables import open_tables
@@ -109,7 +109,7 @@ class PipelineRunner:
         self._pending_start = False              # owned partitions wait for a (re)start of the query
         self._retry_at = 0.0                     # monotonic time of the next start attempt
         self._restarts = RestartPolicy(Backoff(RESTART_BACKOFF_S, RESTART_BACKOFF_MAX_S), MAX_UNKNOWN_RESTARTS,
-                                       time.monotonic)
+                                       time.monotonic, lambda exc: classify_failure(exc, queries.failure_text(exc)))
         self._batch_done = False                 # set by the query thread after a committed batch
         self._started_at = 0.0
         self._fatal: BaseException | None = None  # a permanent failure for run() to raise

@@ -3,7 +3,8 @@
 The query reads with Spark's Kafka source (``assign`` + explicit numeric ``startingOffsets``) and
 writes through :class:`pipelines.runtime.batch_writer.BatchWriter`. Each start gets a fresh checkpoint
 directory: the Delta table, not the checkpoint, is the source of truth for offsets, so a
-checkpoint only has to live as long as its query.
+checkpoint only has to live as long as its query. :func:`failure_text` spells out why a query
+failed, cause chain included, for :mod:`pipelines.runtime.failure_rules`.
 """
 from __future__ import annotations
 
@@ -42,3 +43,37 @@ def remove_checkpoint(fs: HadoopFileSystem, checkpoint: str) -> None:
         fs.delete(checkpoint)
     except Exception:  # noqa: BLE001 - the table holds the offsets; nothing depends on this
         pass
+
+
+FAILURE_TEXT_LIMIT = 200_000
+
+
+def failure_text(error: BaseException) -> str:
+    """``error`` and its whole cause chain as text: Python causes, and for a Spark error the JVM
+    exceptions it wraps with their class names (pyspark's ``str`` gives only the top message, e.g.
+    ``[STREAM_FAILED] ... terminated with exception: Timeout of 60000ms expired ...``, without the
+    ``org.apache.kafka.common.errors.TimeoutException`` that caused it). Never raises; bounded."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and len(seen) < 20:
+        seen.add(id(current))
+        parts.append(_describe(current))
+        trace = _safe(lambda c=current: getattr(c, "_stackTrace", None))
+        if trace:
+            parts.append(str(trace))
+        current = (_safe(lambda c=current: getattr(c, "_cause", None)) or current.__cause__
+                   or (None if current.__suppress_context__ else current.__context__))
+    return "\n".join(parts)[:FAILURE_TEXT_LIMIT]
+
+
+def _describe(error: BaseException) -> str:
+    text = _safe(lambda: getattr(error, "_desc", None)) or _safe(lambda: str(error)) or ""
+    return f"{type(error).__name__}: {text}"
+
+
+def _safe(get):
+    try:
+        return get()
+    except Exception:  # noqa: BLE001 - a JVM that is gone cannot describe its exception
+        return None

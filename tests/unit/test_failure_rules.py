@@ -199,3 +199,45 @@ def test_an_unknown_topic_is_given_up_once_it_persisted_past_its_limit():
     assert not first.give_up
     clock.advance(first.fault.give_up_after_s)
     assert restarts.failed(unknown_topic).give_up
+
+
+# -- the cause chain of a Spark failure -----------------------------------------------------------
+class Captured(Exception):
+    """Shaped like pyspark's CapturedException: top message in _desc, JVM trace, converted cause."""
+
+    def __init__(self, desc, trace="", cause=None):
+        super().__init__(desc)
+        self._desc, self._stackTrace, self._cause = desc, trace, cause
+
+
+def test_failure_text_spells_out_the_jvm_cause_chain_that_str_hides():
+    from pipelines.runtime.streaming_query import failure_text
+
+    cause = Captured("org.apache.kafka.common.errors.TimeoutException: Timeout of 60000ms expired",
+                     "org.apache.kafka.common.errors.TimeoutException: Timeout\n\tat org.apache.kafka.X.y(X.java:1)")
+    top = Captured("[STREAM_FAILED] Query [id = 1] terminated with exception: Timeout of 60000ms expired",
+                   "\tat org.apache.spark.sql.execution.streaming.StreamExecution.run", cause)
+    text = failure_text(top)
+    assert text.startswith("Captured: [STREAM_FAILED]") and "common.errors.TimeoutException" in text
+    fault = classify_failure(top, text)
+    assert (fault.kind, fault.condition) == (TRANSIENT, "TIMEOUT") and fault.detail.startswith("Captured: [STREAM")
+    assert classify_failure(top).kind is UNKNOWN  # the top message alone names no cause
+
+
+def test_failure_text_follows_python_causes_but_not_suppressed_context():
+    from pipelines.runtime.streaming_query import failure_text
+
+    try:
+        try:
+            raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+        except KafkaException as inner:
+            raise RuntimeError("start failed") from inner
+    except RuntimeError as outer:
+        assert "TOPIC_AUTHORIZATION_FAILED" in failure_text(outer)
+    try:
+        try:
+            raise ValueError("hidden")
+        except ValueError:
+            raise RuntimeError("shown") from None
+    except RuntimeError as outer:
+        assert "hidden" not in failure_text(outer)
