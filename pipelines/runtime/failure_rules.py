@@ -67,7 +67,7 @@ KAFKA_PERMANENT_JAVA = frozenset("""
 STORAGE_PERMANENT = re.compile(
     r"AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|NoSuchBucket|InvalidBucketName|"
     r"AuthorizationPermissionMismatch|AuthenticationFailed|ExpiredToken|InvalidToken|"
-    r"PermissionDenied|Permission denied|Forbidden|Unauthorized|\b40[13]\b")
+    r"PermissionDenied|Permission denied|Forbidden|Unauthorized")
 _JAVA_KAFKA = re.compile(r"org\.apache\.kafka\.common\.errors\.(\w+)")
 _SPARK_DATA_LOSS = re.compile(r"KAFKA_DATA_LOSS|Some data may have been lost|failOnDataLoss")
 _JAVA_TRANSIENT = re.compile(
@@ -123,9 +123,9 @@ def classify_text(text: str) -> Fault:
     if _SPARK_DATA_LOSS.search(text):
         return Fault(PERMANENT, "KAFKA_DATA_LOSS", detail)
     for name, condition in _PROJECT_PERMANENT.items():
-        if re.search(rf"\b{name}\b", text):
+        if _raised(name, text):
             return Fault(PERMANENT, condition, detail)
-    if "StorageUnavailable" in text or STORAGE_PERMANENT.search(text) and _PYTHON_IO.search(text):
+    if _raised("StorageUnavailable", text) or STORAGE_PERMANENT.search(text) and _PYTHON_IO.search(text):
         return classify_storage(text)
     for code_name, value in _CONFLUENT.findall(text):
         return classify_kafka_code(int(value), code_name, detail)
@@ -133,11 +133,17 @@ def classify_text(text: str) -> Fault:
         if name in KAFKA_RETRIABLE_JAVA:
             return Fault(TRANSIENT, _snake(name.removesuffix("Exception")), detail)
     for name, condition in _PROJECT_TRANSIENT.items():
-        if re.search(rf"\b{name}\b", text):
+        if _raised(name, text):
             return Fault(TRANSIENT, condition, detail)
     if _JAVA_TRANSIENT.search(text) or _PYTHON_IO.search(text):
         return Fault(TRANSIENT, "IO_ERROR", detail)
     return Fault(UNKNOWN, "UNCLASSIFIED_FAILURE", detail)
+
+
+def _raised(name: str, text: str) -> bool:
+    """True when ``text`` holds the exception line of class ``name`` (``pkg.mod.Name: message``),
+    not merely a source line that mentions it (a traceback shows ``raise Name(...)``)."""
+    return re.search(rf"\b{name}: ", text) is not None
 
 
 def _snake(name: str) -> str:

@@ -241,3 +241,11 @@ def test_failure_text_follows_python_causes_but_not_suppressed_context():
             raise RuntimeError("shown") from None
     except RuntimeError as outer:
         assert "hidden" not in failure_text(outer)
+
+
+def test_source_lines_and_line_numbers_in_tracebacks_are_not_causes():
+    text = FOREACH_BATCH.format(cause="  File \"/work/sinks/txn_table.py\", line 403, in commit\n"
+                                      "    raise OffsetGapError(self.path, rng, recorded)\n"
+                                      "OSError: Generic LocalFileSystem error: connection reset")
+    fault = classify_text(text)
+    assert (fault.kind, fault.condition) == (TRANSIENT, "IO_ERROR")
