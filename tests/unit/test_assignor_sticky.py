@@ -233,3 +233,16 @@ def test_topics_with_no_or_a_negative_partition_count_are_no_topics_of_a_member(
 def test_a_new_group_with_more_members_than_partitions_gets_one_list_per_member():
     owned = [[], [], [], []]
     assert sticky_module.constrained_assign({"t": 2}, owned) == [tps("t", 0), tps("t", 1), [], []]
+
+
+def test_balancing_always_moves_from_the_currently_fullest_holder():
+    """m1 hoards five of t. Each move must see every member's current count: then m1 gives up only
+    the two partitions balance needs (t4, t5), and m0 takes a u partition instead of a third t."""
+    result = assign({"t": 6, "u": 2}, {
+        "m0": sub("t", "u"),
+        "m1": sub("t", owned=tps("t", 0, 1, 2, 4, 5), generation=1),
+        "m2": sub("t", owned=tps("t", 3), generation=1),
+        "x": sub("u"),
+    })
+    assert result == {"m0": tps("t", 4) + tps("u", 0), "m1": tps("t", 0, 1, 2), "m2": tps("t", 3, 5), "x": tps("u", 1)}
+    assert set(tps("t", 0, 1, 2, 4, 5)) - set(result["m1"]) == {TP("t", 4), TP("t", 5)}
