@@ -207,9 +207,10 @@ def call_with_retries(action: Callable[[], T], classify: Callable[[BaseException
                       on_retry: Callable[[Fault, int, float], None] = lambda fault, attempt, delay: None) -> T:
     """``action()`` until it succeeds. A transient fault (by ``classify``) is retried after
     ``backoff.delay(attempt)``, reported once per retry through ``on_retry(fault, attempt, delay)``;
-    anything else, a wait that would pass ``deadline`` (on ``clock``), or ``wait(delay)`` returning
-    True (stop requested) re-raises the last error."""
-    attempt = 0
+    anything else, a wait that would pass ``deadline`` (on ``clock``; the waits alone never add up
+    past it either, whatever the clock says), or ``wait(delay)`` returning True (stop requested)
+    re-raises the last error."""
+    attempt, budget = 0, deadline - clock()
     while True:
         try:
             return action()
@@ -217,7 +218,8 @@ def call_with_retries(action: Callable[[], T], classify: Callable[[BaseException
             fault = classify(exc)
             attempt += 1
             delay = backoff.delay(attempt)
-            if fault is None or not fault.transient or clock() + delay > deadline:
+            budget -= delay
+            if fault is None or not fault.transient or clock() + delay > deadline or budget < 0:
                 raise
             on_retry(fault, attempt, delay)
             if wait(delay):

@@ -222,3 +222,13 @@ def test_a_stop_request_during_the_wait_raises_the_last_error():
     with pytest.raises(KafkaException):
         retry(action, stop_after=1)
     assert action.calls == 1
+
+
+def test_the_waits_alone_never_pass_the_deadline_even_with_a_clock_that_stands_still():
+    clock = FakeClock(0.0)
+    action = Script(*[ck(KafkaError._TRANSPORT)] * 100)
+    waits = []
+    with pytest.raises(KafkaException):
+        call_with_retries(action, classify_kafka, backoff=Backoff(1.0, 8.0, jitter=0.0), deadline=10.0,
+                          clock=clock, wait=lambda d: waits.append(d) and False)
+    assert waits == [1.0, 2.0, 4.0]
