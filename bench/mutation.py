@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -112,6 +113,8 @@ def main() -> int:
         elapsed = time.monotonic() - started
         total = elapsed + (float((work / "wall_s").read_text()) if resumed and (work / "wall_s").exists() else 0.0)
         (work / "wall_s").write_text(str(round(total, 1)))
+        with open(work / "commands", "a") as f:  # every sitting whose results the report covers
+            f.write(command_line(sys.argv[1:]) + "\n")
         if code != 0:
             print((work / "mutmut.log").read_text()[-3000:], file=sys.stderr)
             print(f"mutation: mutmut run failed with exit code {code}", file=sys.stderr)
@@ -128,6 +131,19 @@ def main() -> int:
     print(markdown_summary(report))
     print(f"mutation: wrote {out / 'mutation.json'} and {out / 'mutation.md'}")
     return 0 if report["score"] >= args.min_score and not report["unjustified_survivors"] else 1
+
+
+def command_line(argv: list[str]) -> str:
+    """``bin/mutation`` with the options of this sitting (not --root, which bin/mutation adds, nor --note)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--root", "--note"):
+            skip = True
+        elif not arg.startswith(("--root=", "--note=")):
+            kept.append(arg)
+    return shlex.join(["bin/mutation", *kept])
 
 
 # -- the work directory -----------------------------------------------------------------------
@@ -343,13 +359,15 @@ def build_report(root: Path, work: Path, modules: tuple[str, ...], wall_s: float
             else:
                 survivors.append(entry)
     detected = totals["killed"] + totals["timeout"]
+    sittings = (work / "commands").read_text().splitlines() if (work / "commands").exists() else []
     scored = detected + totals["survived"] + totals["no_tests"] - totals["equivalent"]
     return {
         "tool": f"mutmut {version('mutmut')}",
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         "machine": f"{os.cpu_count()} cores, {platform.system()} {platform.machine()}, Python {platform.python_version()}",
         "tested": (work / "copied_from").read_text() if (work / "copied_from").exists() else None,
-        "command": "bin/mutation" + (f" --max-children {max_children}" if max_children != 2 else ""),
+        "command": sittings[-1] if sittings else "bin/mutation" + (f" --max-children {max_children}" if max_children != 2 else ""),
+        "sittings": sittings,
         "tests": list(TESTS),
         "modules": list(modules),
         "mutants": totals["mutants"],
@@ -387,6 +405,9 @@ def markdown_summary(report: dict) -> str:
 def markdown(report: dict) -> str:
     out = ["# Mutation testing", "",
            f"`{report['command']}` — {report['tool']}, {report['date']}, {report['machine']}.", "",
+           *([f"Results of {len(report['sittings'])} sittings on one work directory: "
+              + ", then ".join(f"`{c}`" for c in report["sittings"]) + ".", ""]
+             if len(report.get("sittings", [])) > 1 else []),
            markdown_summary(report) + ".", "", *([report["note"], ""] if report.get("note") else []),
            "Score = (killed + timeout) / (killed + timeout + survived); equivalent mutants (justified in "
            "`bench/mutation_equivalents.toml`, or message text only) are left out. Tests: "
