@@ -6,7 +6,6 @@ unsafely (issue 9: object storage, configured once; bad input and failure)."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import textwrap
@@ -25,6 +24,7 @@ from pipelines.runtime.runner import PipelineRunner
 from sinks.txn_table import read_recorded_offsets
 from tests.e2e.harness import MemberProcess, wait_until
 from tests.support.kafka_data import create_topic, delta_coordinates, json_events, log_end_offsets, produce
+from tests.support.member_group import owned_once_by_all, stop_all
 from tests.support.s3_server import SECRET_KEY, S3Server
 from tests.support.static_member import StaticMember
 
@@ -92,39 +92,6 @@ def _assert_exact(spark, path: str, produced: set) -> None:
     assert set(rows) == produced, f"missing {len(produced - set(rows))}, extra {len(set(rows) - produced)}"
 
 
-def _owned_once_by_both(members) -> bool:
-    for member in members:
-        if member.proc.poll() is not None:
-            raise AssertionError(f"{member.name} exited ({member.proc.returncode}):\n{member.tail()}")
-    owned = [member.owned() for member in members]
-    every = [tp for share in owned for tp in share]
-    return all(owned) and len(every) == PARTITIONS == len(set(every))
-
-
-def _stop_all(members, timeout_s: float = 120) -> list[int]:
-    """SIGTERM to every member's Python process at once (one after the other, the last would take
-    over everything), then their exit codes. Only the Python process is signalled, as a service
-    manager signals a service's main process: signalling the process group (the harness's
-    ``stop``) also ends the Spark JVM while the member is still stopping its query. The JVM ends
-    with its Python parent; anything left of the group is killed afterwards."""
-    for member in members:
-        if member.proc.poll() is None:
-            os.kill(member.proc.pid, signal.SIGTERM)
-    codes = []
-    for member in members:
-        try:
-            codes.append(member.proc.wait(timeout_s))
-        except subprocess.TimeoutExpired:
-            member.kill()
-            raise AssertionError(f"{member.name} did not stop within {timeout_s:.0f}s:\n{member.tail()}")
-        finally:
-            try:
-                os.killpg(member.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    return codes
-
-
 def test_two_member_processes_write_one_s3_table_exactly_once(bootstrap, spark, s3, tmp_path, unique_name):
     topic = unique_name
     create_topic(bootstrap, topic, PARTITIONS)
@@ -134,11 +101,11 @@ def test_two_member_processes_write_one_s3_table_exactly_once(bootstrap, spark, 
     config = _load(path)
     members = [MemberProcess(n, path, tmp_path, env=S3Server.credentials_env()) for n in ("a", "b")]
     try:
-        wait_until(lambda: _owned_once_by_both(members), 600, "two members sharing 6 partitions")
+        wait_until(lambda: owned_once_by_all(members, PARTITIONS), 600, "two members sharing 6 partitions")
         seen = [len(member.lines) for member in members]
         produced |= produce(bootstrap, topic, json_events(600, start=600))  # both own partitions now
         ends = log_end_offsets(produced)
-        wait_until(lambda: _owned_once_by_both(members) and _table_reached(config, ends), 600,
+        wait_until(lambda: owned_once_by_all(members, PARTITIONS) and _table_reached(config, ends), 600,
                    "the S3 table to hold every produced record")
         for member, after in zip(members, seen):  # each wrote batches of its own share
             member.wait_for(r"batch \d+: [1-9]", 120, after=after)
@@ -148,7 +115,7 @@ def test_two_member_processes_write_one_s3_table_exactly_once(bootstrap, spark, 
                        if p.is_file()}
         assert len(offset_logs) >= 2, f"checkpoint offset logs in the bucket: {offset_logs}"
     finally:
-        codes = _stop_all(members)
+        codes = stop_all(members)
     assert codes == [0, 0], "\n".join(member.tail() for member in members)
 
     _spark_reads_storage(spark, config)

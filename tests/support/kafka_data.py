@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -12,13 +13,17 @@ from groupmgr.core import TopicPartition
 from sinks.txn_table import read_recorded_offsets
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, replication: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def create_topic(bootstrap: str, topic: str, partitions: int, replication: int = 1,
+                 client: Mapping[str, str] | None = None) -> None:
+    """Create ``topic``; ``client``: more confluent-kafka settings (e.g. a secured admin's)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})
     admin.create_topics([NewTopic(topic, partitions, replication)])[topic].result(timeout=30)
 
 
-def produce(bootstrap: str, topic: str, records) -> set[tuple[str, int, int]]:
-    """Produce (key, value) pairs (bytes/str/None); return the set of (topic, partition, offset)."""
+def produce(bootstrap: str, topic: str, records,
+            client: Mapping[str, str] | None = None) -> set[tuple[str, int, int]]:
+    """Produce (key, value) pairs (bytes/str/None); return the set of (topic, partition, offset).
+    ``client``: more confluent-kafka settings (e.g. a secured producer's)."""
     produced: set[tuple[str, int, int]] = set()
 
     def on_delivery(err, msg):
@@ -26,7 +31,7 @@ def produce(bootstrap: str, topic: str, records) -> set[tuple[str, int, int]]:
             produced.add((msg.topic(), msg.partition(), msg.offset()))
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                         "message.max.bytes": 4_000_000})
+                         "message.max.bytes": 4_000_000, **(client or {})})
     for key, value in records:
         producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
         producer.poll(0)
