@@ -405,8 +405,8 @@ def markdown_summary(report: dict) -> str:
 def markdown(report: dict) -> str:
     out = ["# Mutation testing", "",
            f"`{report['command']}` — {report['tool']}, {report['date']}, {report['machine']}.", "",
-           *([f"Results of {len(report['sittings'])} sittings on one work directory: "
-              + ", then ".join(f"`{c}`" for c in report["sittings"]) + ".", ""]
+           *([f"Sittings recorded on this work directory ({len(report['sittings'])}; the results are theirs "
+              "together): " + ", then ".join(f"`{c}`" for c in report["sittings"]) + ".", ""]
              if len(report.get("sittings", [])) > 1 else []),
            markdown_summary(report) + ".", "", *([report["note"], ""] if report.get("note") else []),
            "Score = (killed + timeout) / (killed + timeout + survived); equivalent mutants (justified in "
