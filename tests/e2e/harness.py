@@ -201,7 +201,7 @@ class BrokerNode:
             proc = subprocess.Popen([a.decode() for a in self._argv], cwd=self._cwd, env=self._env,
                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
-        self.pid = proc.pid
+        self.pid, self._proc = proc.pid, proc  # LocalKafka.stop() reaps it through the state file
         state = json.loads(self.state_file.read_text())
         for node in state["nodes"]:
             if node["node_id"] == self.node_id:
