@@ -275,8 +275,9 @@ class LocalKafka:
     def _prepare_security(self, nodes):
         """Certificates and SCRAM passwords (made or reused), the nodes' TLS settings, what the
         state file records, and the ``--add-scram`` arguments (salted, no password in them)."""
-        certs = certificates.ensure_certificates(self.state_dir / "tls")
-        secret_dir = self.state_dir / "secrets"
+        root = self.state_dir.resolve()  # the recorded paths work from any directory
+        certs = certificates.ensure_certificates(root / "tls")
+        secret_dir = root / "secrets"
         admin_file = _password_file(secret_dir / f"{ADMIN_USER}.password")
         client_file = _password_file(secret_dir / f"{CLIENT_USER}.password")
         broker_security = node_config.BrokerSecurity(
