@@ -87,7 +87,8 @@ def test_two_members_share_a_topic_exactly_once_over_a_secured_listener(listener
     events = tmp_path / "events"
     events.mkdir()
     path = _pipeline(tmp_path / "pipeline.yaml", security.pipeline_kafka(listener), topic, group,
-                     {"spark": {"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri()}})
+                     {"spark": {"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),
+                                "spark.eventLog.compress": "false"}})
     config = load_pipeline(path)
 
     validated = _scg("validate", path)
@@ -111,7 +112,7 @@ def test_two_members_share_a_topic_exactly_once_over_a_secured_listener(listener
     assert len(rows) == len(set(rows)) == len(produced) and set(rows) == produced
 
     outputs = {f"{m.name} output": m.log_path.read_text() for m in members}
-    outputs.update({f"event log {p.name}": p.read_text(errors="replace") for p in events.iterdir() if p.is_file()})
+    outputs.update({f"event log {p.name}": p.read_text(errors="replace") for p in events.rglob("*") if p.is_file()})
     outputs["describe --json"] = described.stdout + described.stderr
     outputs["validate"] = validated.stdout + validated.stderr
     assert any("SQLExecutionStart" in text for name, text in outputs.items() if name.startswith("event log"))
