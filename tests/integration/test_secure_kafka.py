@@ -251,7 +251,7 @@ def test_scg_kafka_start_secure_prints_working_pipeline_settings(tmp_path):
                 "sasl.mechanism": scram["sasl_mechanism"], "sasl.username": scram["sasl_username"],
                 "sasl.password": password, "ssl.ca.location": scram["ssl_ca_location"]}
         admin = AdminClient(quiet(conf))  # held: a collected client cancels its futures
-        admin.create_topics([NewTopic("cli", 1, 1)])["cli"].result(timeout=WAIT_S)
+        admin.create_topics([NewTopic("cli", 2, 1)])["cli"].result(timeout=WAIT_S)
         produce(conf, "cli", 2)  # --secure grants the client user every topic and group
         status = subprocess.run(scg + ["kafka", "status", "--dir", str(tmp_path)],
                                 capture_output=True, text=True, timeout=60)
