@@ -19,7 +19,7 @@ from pipelines.config.secrets import MASK, Secret, mask, reveal
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 KAFKA_COORDINATE_COLUMNS = ("topic", "partition")
 # client_config keys only the Java client understands: given to Spark, never to librdkafka.
-_JAVA_ONLY_PREFIXES = ("ssl.truststore.", "ssl.keystore.", "sasl.jaas.config", "sasl.login.",
+JAVA_ONLY_CLIENT_PREFIXES = ("ssl.truststore.", "ssl.keystore.", "sasl.jaas.config", "sasl.login.",
                        "sasl.client.callback.handler.class", "ssl.engine.factory.class")
 _LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -28,8 +28,9 @@ _LOGIN_MODULES = {
 }
 
 
-def _is_java_only(key: str) -> bool:
-    return key.startswith(_JAVA_ONLY_PREFIXES)
+def is_java_only_client_setting(key: str) -> bool:
+    """A client_config key only Java clients understand: given to Spark's source, not to librdkafka."""
+    return key.startswith(JAVA_ONLY_CLIENT_PREFIXES)
 
 
 def _jaas_quote(text: str) -> str:
@@ -107,7 +108,7 @@ class KafkaConfig(_PicklableMappings):
             "ssl.key.location": sec.ssl_key_location,
             "ssl.key.password": sec.ssl_key_password and sec.ssl_key_password.reveal(),
         })
-        conf.update({k: reveal(v) for k, v in self.client_config.items() if not _is_java_only(k)})
+        conf.update({k: reveal(v) for k, v in self.client_config.items() if not is_java_only_client_setting(k)})
         return conf
 
     def kafka_python_kwargs(self, accepted: Iterable[str] | None = None) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """Validator: line-numbered YAML nodes -> frozen :class:`~pipelines.config.model.PipelineConfig`.
 
-Pure apart from four lookups it is given or makes on purpose: ``${NAME}`` references
+Pure apart from five lookups it is given or makes on purpose: ``${NAME}`` references
 (from the ``env`` mapping passed in), ``*_file`` secrets (read from disk), the TLS
 certificate and key files (checked to be readable PEM, since the driver reads them to hand
-them to executors inline) and assignor names (``groupmgr.assignors.get_assignor``, which may
+them to executors inline), ``kafka.client_config`` entries (offered to a librdkafka client
+that has no brokers, which refuses unknown names and bad values) and assignor names (``groupmgr.assignors.get_assignor``, which may
 import a plug-in module).
 
 Rules: every mapping rejects unknown keys first (with a did-you-mean suggestion), then
@@ -23,9 +24,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from groupmgr.assignors.assignor_errors import AssignorError, UnknownAssignorError
-from pipelines.config.model import (DEFAULT_MAX_OFFSETS_PER_TRIGGER, KAFKA_COORDINATE_COLUMNS, FormatConfig,
+from pipelines.config.model import (DEFAULT_MAX_OFFSETS_PER_TRIGGER, JAVA_ONLY_CLIENT_PREFIXES,
+                                    KAFKA_COORDINATE_COLUMNS, FormatConfig,
                                     GroupConfig, KafkaConfig, PipelineConfig, SecurityConfig, SinkConfig,
-                                    SourceConfig, StorageConfig, TriggerConfig, UNSAFE_STORAGE_OPTIONS)
+                                    SourceConfig, StorageConfig, TriggerConfig, UNSAFE_STORAGE_OPTIONS,
+                                    is_java_only_client_setting)
+from pipelines.config.secrets import reveal
 from pipelines.config.fields import (AssignorLookup, Ctx, Section, as_bool, as_duration_ms, as_enum,
                                      as_env_str, as_list, as_location, as_positive_int, as_str,
                                      default_assignor_lookup, read_secret, resolve_location, settings_map,
@@ -165,6 +169,7 @@ def _kafka(ctx: Ctx, top: Section) -> KafkaConfig:
     security = _security(ctx, sec.section("security", SECURITY_KEYS)) if sec.get("security") else SecurityConfig()
     _check_client_config(ctx, sec.get("client_config"), sec.sub("client_config"), security)
     client_config = settings_map(ctx, sec.get("client_config"), sec.sub("client_config"))
+    _check_librdkafka_accepts(ctx, sec.get("client_config"), sec.sub("client_config"), client_config)
     return KafkaConfig(bootstrap_servers=servers, security=security, client_config=client_config)
 
 
@@ -247,6 +252,36 @@ def _check_client_config(ctx: Ctx, node: Node | None, path: str, security: Secur
         if owner is not None:
             ctx.fail(value.line, child_path(path, key), C.CONFLICTING_FIELDS,
                      f"{key!r} is set by {owner}; remove it from client_config", key=key, owner=owner)
+
+
+def _check_librdkafka_accepts(ctx: Ctx, node: Node | None, path: str, settings: Mapping[str, Any]) -> None:
+    """Every client_config entry reaches Spark's Kafka source and confluent-kafka (librdkafka),
+    except the Java-only ones, which go to Spark only; one librdkafka refuses (an unknown name or
+    a bad value) is a config error here rather than a crash when the first client is made. The
+    group member takes the entries kafka-python's connection layer has; the others are consumer
+    or producer settings that do not apply to group coordination."""
+    for key, value in settings.items():
+        if is_java_only_client_setting(key):
+            continue
+        refusal = _librdkafka_refusal(key, reveal(value))
+        if refusal is not None:
+            ctx.fail(dict(node.items())[key].line if node is not None else 0, child_path(path, key),
+                     C.UNKNOWN_CLIENT_SETTING,
+                     f"confluent-kafka (librdkafka) refuses {key!r}: {refusal}; client_config settings go to "
+                     "every client (Java-client-only ones, which go to Spark only: "
+                     f"{', '.join(JAVA_ONLY_CLIENT_PREFIXES)})", key=key)
+
+
+def _librdkafka_refusal(key: str, value: str) -> str | None:
+    """Why librdkafka refuses ``key: value`` (asked by making, then dropping, a client that has no
+    brokers, so nothing connects), or None."""
+    from confluent_kafka import Consumer, KafkaException
+
+    try:
+        Consumer({"group.id": "scg-validate", key: value, "log_level": 0}).close()
+    except KafkaException as exc:
+        return exc.args[0].str()
+    return None
 
 
 def _subscription(ctx: Ctx, top: Section) -> tuple[tuple[str, ...], str | None]:

@@ -353,6 +353,19 @@ def test_client_config_reaches_the_group_member(tmp_path: Path):
     assert member.client_kwargs["sasl_plain_password"] == PASSWORD
 
 
+@pytest.mark.parametrize("key, value", [("fetch.max.bytez", 1), ("request.timeout.ms", "soon")])
+def test_a_client_setting_librdkafka_refuses_is_a_config_error(tmp_path: Path, key: str, value: Any):
+    error = load_error(tmp_path, kafka={"bootstrap_servers": "a:1", "client_config": {key: value}})
+    assert (error.condition, error.field_path, error.line) == (
+        Condition.UNKNOWN_CLIENT_SETTING, f'kafka.client_config["{key}"]', 5)
+
+
+def test_java_only_and_consumer_settings_are_accepted(tmp_path: Path):
+    config = load(tmp_path, kafka={"bootstrap_servers": "a:1", "client_config": {
+        "ssl.truststore.location": "/ts.jks", "fetch.max.bytes": 1048576, "client.dns.lookup": "use_all_dns_ips"}})
+    assert set(config.kafka.client_config) == {"ssl.truststore.location", "fetch.max.bytes", "client.dns.lookup"}
+
+
 def test_plain_jaas_quotes_special_characters(tmp_path: Path):
     env = {**ENV, "KAFKA_PASSWORD": 'p"a\\ss'}
     kafka = load(tmp_path, env=env, kafka=kafka_with(**{**SASL, "protocol": "SASL_PLAINTEXT",
