@@ -236,7 +236,7 @@ def test_scg_kafka_start_secure_prints_working_pipeline_settings(tmp_path):
     port = free_port()
     scg = [str(PROJECT_ROOT / "bin" / "scg")]
     started = subprocess.run(scg + ["kafka", "start", "--secure", "--port", str(port), "--dir", str(tmp_path)],
-                             capture_output=True, text=True, timeout=180)
+                             capture_output=True, text=True, timeout=300)
     try:
         assert started.returncode == 0, started.stderr
         out = started.stdout
