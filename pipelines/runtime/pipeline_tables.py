@@ -3,7 +3,15 @@ tables with their Arrow schemas, Kafka source options and trigger.
 
 The output schema is derived once, before any query starts, by running the parsing (and the
 optional SQL transform) over an empty DataFrame shaped like Spark's Kafka source rows, so a
-transform that does not analyse fails at start-up, not in the first batch.
+transform that does not analyse fails at start-up, not in the first batch. The same analysis
+(:func:`analyse_output`) is what ``scg validate`` runs, so both reject the same files:
+a transform that does not analyse (``TRANSFORM_INVALID``), one whose result lacks a Kafka
+coordinate (``TRANSFORM_DROPS_COORDINATES``), a ``sink.partition_by`` column the output lacks
+(``PARTITION_COLUMN_NOT_IN_OUTPUT``).
+
+Key column compatibility: output tables created before ``key_bytes`` existed (key rule in
+:mod:`pipelines.runtime.records`) gain it as a nullable BINARY column when a member opens them
+(one Delta metadata commit; rows written before read ``key_bytes = null``).
 """
 from __future__ import annotations
 
@@ -17,11 +25,13 @@ from groupmgr.core import ExitCategory, ScgError
 from pipelines.runtime.batch_writer import apply_transform
 from pipelines.runtime.pipeline_spec import PipelineSpec
 from pipelines.runtime.records import RecordFormat, classify, dead_letters, good_rows
-from sinks.txn_table import TxnDeltaTable
+from sinks.txn_table import STARTUP_STORAGE_OPTIONS, StorageUnavailable, TxnDeltaTable
 
 KAFKA_ROW_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
                  "timestamp TIMESTAMP, timestampType INT")
 COORDINATE_COLUMNS = ("topic", "partition", "offset")
+KEY_BYTES = "key_bytes"
+UPGRADE_ATTEMPTS = 5
 
 
 class TransformShapeError(ScgError, ValueError):
@@ -29,12 +39,40 @@ class TransformShapeError(ScgError, ValueError):
 
     condition = "TRANSFORM_DROPS_COORDINATES"
     exit_category = ExitCategory.CONFIG
+    field_path = "transform"
 
     def __init__(self, missing):
         self.missing = tuple(missing)
         super().__init__(f"the transform's result lacks the Kafka coordinate column(s) "
                          f"{', '.join(self.missing)}; keep them (e.g. SELECT topic, partition, "
                          "offset, ... FROM input) so exactly-once can be verified")
+
+
+class TransformInvalidError(ScgError, ValueError):
+    """The pipeline's transform SQL does not parse or analyse against the view ``input``."""
+
+    condition = "TRANSFORM_INVALID"
+    exit_category = ExitCategory.CONFIG
+    field_path = "transform"
+
+    def __init__(self, cause: BaseException, columns):
+        self.reason = _first_line(cause)
+        self.columns = tuple(columns)
+        super().__init__(f"the transform does not analyse: {self.reason} (the view `input` has "
+                         f"columns {', '.join(self.columns)})")
+
+
+class PartitionColumnMissingError(ScgError, ValueError):
+    """A ``sink.partition_by`` column is not a column of the output (the transform's result)."""
+
+    condition = "PARTITION_COLUMN_NOT_IN_OUTPUT"
+    exit_category = ExitCategory.CONFIG
+
+    def __init__(self, column: str, index: int, columns):
+        self.column, self.index, self.columns = column, index, tuple(columns)
+        self.field_path = f"sink.partition_by[{index}]"
+        super().__init__(f"partition column {column!r} is not in the output; its columns are "
+                         f"{', '.join(self.columns)}")
 
 
 @dataclass(frozen=True)
@@ -50,26 +88,88 @@ class PipelineTables:
     trigger: Mapping = field(default_factory=dict)
 
 
-def open_tables(config: PipelineSpec, spark) -> PipelineTables:
-    """Build the tables and options of ``config``; raises TransformShapeError at start-up when
-    the transform drops a coordinate column."""
+@dataclass(frozen=True)
+class OutputShape:
+    """The analysed result of a pipeline's parsing and transform over no rows: the record format
+    and the Arrow schemas of the output and dead-letter tables."""
+
+    record_format: RecordFormat
+    output_schema: pa.Schema
+    dead_letter_schema: pa.Schema
+
+
+def analyse_output(config: PipelineSpec, spark) -> OutputShape:
+    """Parse and transform an empty Kafka DataFrame as the query would; raises
+    TransformInvalidError, TransformShapeError or PartitionColumnMissingError (all CONFIG)."""
+    from pyspark.errors import PySparkException
+
     fmt = RecordFormat(config.format.type, config.format.schema_ddl(), config.format.max_value_bytes)
     empty = spark.createDataFrame([], KAFKA_ROW_DDL)
     classified = classify(empty, fmt)
-    output = apply_transform(good_rows(classified, fmt), config.transform)
-    missing = [c for c in COORDINATE_COLUMNS if c not in output.columns]
+    rows = good_rows(classified, fmt)
+    try:
+        output = apply_transform(rows, config.transform)
+        columns = output.columns
+    except PySparkException as exc:
+        raise TransformInvalidError(exc, rows.columns) from None
+    missing = [c for c in COORDINATE_COLUMNS if c not in columns]
     if missing:
         raise TransformShapeError(missing)
+    for index, column in enumerate(config.sink.partition_by):
+        if column not in columns:
+            raise PartitionColumnMissingError(column, index, columns)
+    return OutputShape(fmt, arrow_schema(output), arrow_schema(dead_letters(classified)))
+
+
+def open_tables(config: PipelineSpec, spark) -> PipelineTables:
+    """Build the tables and options of ``config`` (errors of :func:`analyse_output` at start-up);
+    an existing output table without ``key_bytes`` gains the column."""
+    shape = analyse_output(config, spark)
     storage = config.storage.delta_storage_options()
-    table = TxnDeltaTable(config.sink.path, config.name, arrow_schema(output),
+    table = TxnDeltaTable(config.sink.path, config.name, shape.output_schema,
                           config.sink.partition_by, storage_options=storage)
-    dead = TxnDeltaTable(config.sink.dead_letter_path, config.name,
-                         arrow_schema(dead_letters(classified)), storage_options=storage)
+    add_key_bytes_column(table)
+    dead = TxnDeltaTable(config.sink.dead_letter_path, config.name, shape.dead_letter_schema,
+                         storage_options=storage)
     options = {**config.kafka.spark_kafka_options(), **config.source.spark_options(),
                "includeHeaders": "false"}
-    return PipelineTables(fmt, table, dead, options, config.trigger.spark_trigger_kwargs())
+    return PipelineTables(shape.record_format, table, dead, options, config.trigger.spark_trigger_kwargs())
+
+
+def add_key_bytes_column(table: TxnDeltaTable) -> bool:
+    """Add the nullable BINARY ``key_bytes`` column to an existing table that lacks it, when the
+    table's output has it. True when this call added it. A missing table is left alone (it is
+    created with the full schema); members starting together may race: the loser re-reads."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+    from deltalake.schema import Field
+
+    if KEY_BYTES not in table.schema.names:
+        return False
+    given = {key.lower() for key in table.storage_options}
+    options = {**{k: v for k, v in STARTUP_STORAGE_OPTIONS.items() if k not in given}, **table.storage_options}
+    for attempt in range(UPGRADE_ATTEMPTS):
+        try:
+            existing = DeltaTable(table.path, storage_options=options)
+            if KEY_BYTES in [f.name for f in existing.schema().fields]:
+                return False
+            existing.alter.add_columns([Field(KEY_BYTES, "binary", nullable=True)])
+            return True
+        except TableNotFoundError:
+            return False
+        except (CommitFailedError, DeltaError):
+            if attempt == UPGRADE_ATTEMPTS - 1:
+                raise
+        except OSError as exc:
+            raise StorageUnavailable(table.path, exc) from None
+    return False
 
 
 def arrow_schema(df) -> pa.Schema:
     """The Arrow schema Spark's ``toArrow`` produces for ``df`` (timestamps in UTC)."""
     return df.limit(0).toArrow().schema
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:400]

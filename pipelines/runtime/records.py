@@ -1,8 +1,10 @@
 """Kafka rows → parsed output rows and dead letters (Spark column expressions, no I/O).
 
-Output rows keep the Kafka coordinates ``topic, partition, offset, timestamp, key`` (key decoded
-as UTF-8 text, null when the record has no key) next to the parsed fields, so every row can be
-audited back to its record.
+Output rows keep the Kafka coordinates ``topic, partition, offset, timestamp, key, key_bytes``
+next to the parsed fields, so every row can be audited back to its record. Key rule: ``key_bytes``
+(BINARY) holds the record key's exact bytes; ``key`` (STRING) is the same key decoded as UTF-8, or
+null when those bytes are not valid UTF-8 (never a lossy or invalid string). Both are null when the
+record has no key.
 
 Dead-letter rule (docs/DESIGN.md invariant 6; a bad record is never dropped silently), first match wins:
 
@@ -12,7 +14,7 @@ Dead-letter rule (docs/DESIGN.md invariant 6; a bad record is never dropped sile
 * ``malformed_json`` — the value is not a JSON object (json format only).
 * ``schema_mismatch`` — valid JSON whose fields do not fit the schema's types (json only).
 
-A null key is not an error: the row is written with ``key = null``. Missing JSON fields are null.
+A null key or a key that is not UTF-8 is not an error: the row is written (``key`` null). Missing JSON fields are null.
 """
 from __future__ import annotations
 
@@ -67,11 +69,17 @@ def _reason(fmt: RecordFormat, corrupt: Column | None, is_object: Column | None)
 def good_rows(classified: DataFrame, fmt: RecordFormat) -> DataFrame:
     """Rows without a reason, shaped for the output table (view ``input`` of a transform)."""
     coords = [F.col(c) for c in ("topic", "partition", "offset", "timestamp")]
-    coords.append(F.col("_raw_key").cast("string").alias("key"))
+    coords += [key_text(F.col("_raw_key")).alias("key"), F.col("_raw_key").alias("key_bytes")]
     ok = classified.filter(F.col(REASON).isNull())
     if fmt.kind == "raw":
         return ok.select(*coords, F.col("value"))
     return ok.select(*coords, "_parsed.*").drop(CORRUPT)
+
+
+def key_text(raw_key: Column) -> Column:
+    """The key as UTF-8 text, null when its bytes are not valid UTF-8 (Spark's binary → string
+    cast copies the bytes unchecked; readers such as pyarrow and polars refuse invalid UTF-8)."""
+    return F.try_validate_utf8(raw_key.cast("string"))
 
 
 def dead_letters(classified: DataFrame) -> DataFrame:
