@@ -172,8 +172,9 @@ class PhaseTimers:
 
         def prepare(self, batch_df):
             started = time.monotonic()
-            good, dead, release = original_prepare(self, batch_df)
+            batch = original_prepare(self, batch_df)
             timers.add("prepare (plan + persist)", time.monotonic() - started)
+            release = batch.release
 
             def timed_release():
                 t0 = time.monotonic()
@@ -181,7 +182,8 @@ class PhaseTimers:
                     return release()
                 finally:
                     timers.add("unpersist", time.monotonic() - t0)
-            return good, dead, timed_release
+            batch.release = timed_release
+            return batch
         bw.BatchWriter._prepare = prepare
 
         def which(args):

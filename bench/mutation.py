@@ -59,7 +59,9 @@ TESTS = ("tests/unit", "tests/integration/test_txn_table.py",
 SPARK_ONLY = ("pipelines.runtime.batch_writer.xǁBatchWriterǁ_prepare__mutmut_",
               "pipelines.runtime.batch_writer.xǁSparkRowsǁwrite__mutmut_",
               "pipelines.runtime.batch_writer.x__write_task__mutmut_",
-              "pipelines.runtime.batch_writer.x_apply_transform__mutmut_")
+              "pipelines.runtime.batch_writer.x_apply_transform__mutmut_",
+              "pipelines.runtime.batch_writer.xǁSparkBatchǁ",
+              "pipelines.runtime.batch_writer.x__with_decisions__mutmut_")
 # Property tests run this many Hypothesis examples per property under mutation (100 in bin/test):
 # a broken assignor fails within a few examples, and every mutant re-runs these tests.
 HYPOTHESIS_EXAMPLES = 10

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, Transaction
@@ -167,6 +168,23 @@ class TxnDeltaTable:
     def recorded_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         table = self.snapshot()
         return {tp: table.transaction_version(self.offset_app_id(tp)) for tp in partitions}
+
+    def coordinates(self, ranges: Sequence[OffsetRange]) -> pa.Table:
+        """The ``topic, partition, offset`` of the rows this table holds within ``ranges`` (read on
+        this process: for small selections, e.g. a replayed batch's dead letters)."""
+        if not ranges:
+            return pa.table({c: [] for c in ("topic", "partition", "offset")},
+                            schema=self.schema.select(["topic", "partition", "offset"]))
+        predicate = None
+        for rng in ranges:
+            test = ((ds.field("topic") == rng.topic) & (ds.field("partition") == rng.partition)
+                    & (ds.field("offset") >= rng.start) & (ds.field("offset") < rng.end))
+            predicate = test if predicate is None else predicate | test
+        try:
+            dataset = self.snapshot().to_pyarrow_dataset()
+            return dataset.to_table(columns=["topic", "partition", "offset"], filter=predicate)
+        except OSError as exc:
+            raise StorageUnavailable(self.path, exc) from None
 
     # -- writes --------------------------------------------------------------------------------
     def claim(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:

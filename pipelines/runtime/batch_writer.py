@@ -8,6 +8,13 @@ Commit order (docs/DESIGN.md invariants 3, 4, 6, 8), per micro-batch:
    (see :class:`sinks.txn_table.TxnDeltaTable`); a fenced writer raises and writes nothing;
 4. only then are the end offsets committed to the Kafka group with the member's generation.
 
+Every record lands in exactly one of the two tables (invariant 6), also when a batch is retried
+after its dead-letter commit and the classification settings changed meanwhile (a new
+``max_value_bytes`` or schema): the dead-letter table is committed first, so for the offsets it
+already held before this batch (its commit replayed them) it has decided. For those partitions'
+ranges the output rows are the records the dead-letter table does not hold, whatever the current
+settings say (:class:`DeadLetterDecisions`).
+
 Rows never pass through the driver: for each table the sink decides on a snapshot what to write,
 Spark's executors write the Parquet files (``mapInArrow`` → :class:`sinks.data_files.DataFileWriter`)
 and return their metadata, and the driver commits the files' ``add`` actions with the transactions.
@@ -25,7 +32,7 @@ import pyarrow as pa
 
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
-from pipelines.runtime.records import RecordFormat, classify, dead_letters, good_rows
+from pipelines.runtime.records import REASON, RecordFormat, classify, dead_letters, good_rows
 from sinks.data_files import METADATA_DDL, DataFileWriter, WrittenFiles
 from sinks.txn_table import CommitResult, FencedWriterError, TxnDeltaTable
 
@@ -46,6 +53,16 @@ class BatchHooks:
 
 
 NO_HOOKS = BatchHooks()
+
+
+@dataclass(frozen=True)
+class DeadLetterDecisions:
+    """The dead-letter table's decision over ``ranges`` (ranges it had already committed before
+    this batch): ``coordinates`` (``topic, partition, offset``) are dead letters; every other
+    record in ``ranges`` belongs in the output table."""
+
+    ranges: tuple[OffsetRange, ...]
+    coordinates: pa.Table
 
 
 @dataclass(frozen=True)
@@ -97,6 +114,92 @@ class ArrowRows:
         return writer.write(self.table.to_batches(), keep_from)
 
 
+RECORDED_DEAD_LETTER = "recorded_dead_letter"  # held by the dead-letter table already
+
+
+def _coordinates(table: pa.Table) -> list[tuple[str, int, int]]:
+    return list(zip(*(table[c].to_pylist() for c in ("topic", "partition", "offset"))))
+
+
+class PreparedBatch(Protocol):
+    """One micro-batch classified once: its dead letters, its output rows (given what the
+    dead-letter table had already decided, if anything), and the release of cached data."""
+
+    dead: BatchRows
+
+    def output(self, decided: DeadLetterDecisions | None) -> BatchRows: ...
+
+    def release(self) -> None: ...
+
+
+@dataclass
+class SparkBatch:
+    """A Spark micro-batch: ``classified`` (records.classify, cached) feeds both tables."""
+
+    classified: object  # pyspark.sql.DataFrame
+    fmt: RecordFormat
+    transform: str | None
+
+    @property
+    def dead(self) -> BatchRows:
+        return SparkRows(dead_letters(self.classified))
+
+    def output(self, decided: DeadLetterDecisions | None) -> BatchRows:
+        classified = self.classified if decided is None else _with_decisions(self.classified, decided)
+        return SparkRows(apply_transform(good_rows(classified, self.fmt), self.transform))
+
+    def release(self) -> None:
+        self.classified.unpersist()
+
+
+def _with_decisions(classified, decided: DeadLetterDecisions):
+    """``classified`` whose dead-letter reason, within ``decided.ranges``, is the dead-letter
+    table's: set for the records it holds, null for the others (they go to the output table)."""
+    from pyspark.sql import functions as F
+
+    key = ["topic", "partition", "offset"]
+    in_ranges = None
+    for rng in decided.ranges:
+        test = ((F.col("topic") == rng.topic) & (F.col("partition") == rng.partition)
+                & (F.col("offset") >= rng.start) & (F.col("offset") < rng.end))
+        in_ranges = test if in_ranges is None else in_ranges | test
+    if decided.coordinates.num_rows == 0:  # the dead-letter table holds none of these records
+        return classified.withColumn(REASON, F.when(~in_ranges, F.col(REASON)))
+    recorded = classified.sparkSession.createDataFrame(decided.coordinates.select(key)) \
+        .withColumn("_recorded_dead", F.lit(True))
+    reason = (F.when(~in_ranges, F.col(REASON))
+              .when(F.col("_recorded_dead"), F.coalesce(F.col(REASON), F.lit(RECORDED_DEAD_LETTER))))
+    return (classified.join(F.broadcast(recorded), key, "left")
+            .withColumn(REASON, reason).drop("_recorded_dead"))
+
+
+@dataclass
+class ArrowBatch:
+    """A classified batch in this process (tests and small tools): ``records`` are the output
+    rows plus a ``reason`` column (null for good rows); ``dead_records`` the dead letters."""
+
+    records: pa.Table
+    dead_records: pa.Table
+
+    @property
+    def dead(self) -> BatchRows:
+        return ArrowRows(self.dead_records)
+
+    def output(self, decided: DeadLetterDecisions | None) -> BatchRows:
+        reasons = self.records["reason"].to_pylist()
+        if decided is None:
+            keep = [reason is None for reason in reasons]
+        else:
+            recorded = set(_coordinates(decided.coordinates))
+            keep = [(c not in recorded) if any(r.topic == c[0] and r.partition == c[1] and r.start <= c[2] < r.end
+                                               for r in decided.ranges) else reason is None
+                    for c, reason in zip(_coordinates(self.records), reasons)]
+        return ArrowRows(self.records.filter(pa.array(keep, pa.bool_())).drop_columns(["reason"]))
+
+    def release(self) -> None:
+        pass
+
+
 @dataclass
 class TableTargets:
     """The output and dead-letter tables with the owner epochs this member claimed."""
@@ -125,19 +228,20 @@ class BatchWriter:
     def __call__(self, batch_df, batch_id: int) -> None:
         started = time.monotonic()
         ranges = self.offset_log.ranges(batch_id)
-        good, dead, release = self._prepare(batch_df)
+        batch = self._prepare(batch_df)
         try:
             self.hooks.before_commit(batch_id, ranges)
             try:
-                dead_result = self._write_and_commit(self.targets.dead_table, dead, ranges,
+                dead_result = self._write_and_commit(self.targets.dead_table, batch.dead, ranges,
                                                      self.targets.dead_epochs, batch_id)
-                result = self._write_and_commit(self.targets.table, good, ranges,
+                output = batch.output(self._decided(ranges, dead_result))
+                result = self._write_and_commit(self.targets.table, output, ranges,
                                                 self.targets.epochs, batch_id)
             except FencedWriterError as refused:
                 self.refused(batch_id, refused)
                 raise
         finally:
-            release()
+            batch.release()
         self.hooks.after_delta_commit(batch_id, ranges)
         committed = self._commit_kafka(ranges, result)
         self.report(BatchReport(batch_id, ranges, result.rows_written, result.rows_skipped,
@@ -145,12 +249,20 @@ class BatchWriter:
                                 time.monotonic() - started, result.commit_s + dead_result.commit_s,
                                 committed))
 
-    def _prepare(self, batch_df) -> tuple[BatchRows, BatchRows, Callable[[], None]]:
-        """The batch's output rows and dead letters as Spark plans (nothing is computed yet), and
-        the function that releases the cached classification once both tables are committed."""
-        classified = classify(batch_df, self.fmt).persist()
-        output = apply_transform(good_rows(classified, self.fmt), self.transform)
-        return SparkRows(output), SparkRows(dead_letters(classified)), classified.unpersist
+    def _prepare(self, batch_df) -> PreparedBatch:
+        """The batch classified once, as Spark plans (nothing is computed yet); cached until
+        both tables are committed."""
+        return SparkBatch(classify(batch_df, self.fmt).persist(), self.fmt, self.transform)
+
+    def _decided(self, ranges: tuple[OffsetRange, ...], dead_result: CommitResult) -> DeadLetterDecisions | None:
+        """What the dead-letter table decided before this batch: for the partitions its commit
+        replayed, the batch's ranges and the dead letters it holds there; None when it replayed
+        nothing (then this batch's classification decided both tables)."""
+        replayed = set(dead_result.replayed)
+        held = tuple(r for r in ranges if r.tp in replayed and r.end > r.start)
+        if not held:
+            return None
+        return DeadLetterDecisions(held, self.targets.dead_table.coordinates(held))
 
     def _write_and_commit(self, table: TxnDeltaTable, rows: BatchRows, ranges, epochs,
                           batch_id: int) -> CommitResult:

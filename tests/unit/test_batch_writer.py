@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 
 from groupmgr.core import TopicPartition
-from pipelines.runtime.batch_writer import ArrowRows, BatchWriter, TableTargets
+from pipelines.runtime.batch_writer import ArrowBatch, BatchWriter, DeadLetterDecisions, TableTargets
 from groupmgr.core import OffsetRange
 from pipelines.runtime.records import RecordFormat
 from sinks.txn_table import CommitResult, FencedWriterError
@@ -37,9 +37,18 @@ def make_writer(calls, table_error=None):
                          commit_kafka=lambda offsets, meta: calls.append(("kafka", offsets, meta)) or True,
                          report=lambda report: calls.append("report"),
                          refused=lambda batch_id, err: calls.append("refused"))
-    writer._prepare = lambda df: (ArrowRows(pa.table({"offset": [0, 1]})), ArrowRows(pa.table({"offset": []})),
-                                  lambda: calls.append("released"))
+    writer._prepare = lambda df: ReleaseRecorded(pa.table({"offset": [0, 1], "reason": [None, None]}),
+                                                 pa.table({"offset": []}), calls)
     return writer
+
+
+class ReleaseRecorded(ArrowBatch):
+    def __init__(self, records, dead_records, calls):
+        super().__init__(records, dead_records)
+        self.calls = calls
+
+    def release(self):
+        self.calls.append("released")
 
 
 def test_delta_then_kafka_with_next_offsets_of_nonempty_ranges():
@@ -110,7 +119,7 @@ def real_writer(targets, planned, batches, calls):
                          refused=lambda batch_id, err: calls.append(("refused", err)))
     def prepare(batch_df):
         good, dead = batches.pop(0)
-        return ArrowRows(good), ArrowRows(dead), lambda: None
+        return ArrowBatch(good.append_column("reason", pa.nulls(good.num_rows, pa.string())), dead)
 
     writer._prepare = prepare
     return writer
@@ -165,3 +174,56 @@ def test_a_stale_writer_is_refused_by_the_real_table_and_commits_nothing(delta_t
     assert err.value.tp == T1 and [c[0] for c in calls] == ["refused"]
     assert coordinates(delta_tables.table.path) == []
     assert delta_tables.table.recorded_offsets([T0, T1]) == {T0: None, T1: None}
+
+
+def _classified(tp, offsets, dead):
+    """An ArrowBatch of ``offsets`` whose records in ``dead`` this attempt's settings reject."""
+    records = out_rows(tp, offsets)
+    reasons = ["value_too_large" if o in dead else None for o in offsets]
+    return ArrowBatch(records.append_column("reason", pa.array(reasons, pa.string())),
+                      dead_rows(tp, [o for o in offsets if o in dead]))
+
+
+class FailOutputOnce:
+    """files_written hook: the second table a batch writes (the output table) fails once."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, batch_id, ranges, written):
+        self.calls += 1
+        if self.calls == 2:
+            raise OSError("injected: output commit lost")
+
+
+@pytest.mark.parametrize("first_dead, retry_dead", [({1}, {2}), ({1, 2}, set()), (set(), {0, 3})])
+def test_a_retry_with_other_settings_keeps_every_record_in_exactly_one_table(delta_tables, first_dead, retry_dead):
+    """The dead-letter commit of the first attempt stands; the retry (whose settings would classify
+    differently, e.g. a new max_value_bytes) writes to the output table exactly the records the
+    dead-letter table does not hold."""
+    from pipelines.runtime.batch_writer import BatchHooks
+
+    planned = {0: (OffsetRange("t", 0, 0, 4),)}
+    attempts = [_classified(T0, range(4), first_dead), _classified(T0, range(4), retry_dead)]
+
+    def writer(hooks):
+        w = BatchWriter(RecordFormat("raw", None, 1024), None, delta_tables, PlannedLog(planned),
+                        commit_kafka=lambda offsets, meta: True, report=lambda report: None,
+                        refused=lambda batch_id, err: None, hooks=hooks)
+        w._prepare = lambda df: attempts.pop(0)
+        return w
+
+    with pytest.raises(OSError):
+        writer(BatchHooks(files_written=FailOutputOnce()))(None, 0)
+    writer(BatchHooks())(None, 0)
+    out, dead = coordinates(delta_tables.table.path), coordinates(delta_tables.dead_table.path)
+    assert dead == [("t", 0, o) for o in sorted(first_dead)]
+    assert sorted(out + dead) == [("t", 0, o) for o in range(4)]
+
+
+def test_the_dead_letter_decision_applies_only_within_its_ranges():
+    batch = _classified(T0, range(3), {0})
+    batch.records = pa.concat_tables([batch.records, _classified(T1, range(2), {1}).records])
+    decided = DeadLetterDecisions((OffsetRange("t", 0, 0, 3),), dead_rows(T0, [2]).select(["topic", "partition", "offset"]))
+    kept = batch.output(decided).table
+    assert list(zip(kept["partition"].to_pylist(), kept["offset"].to_pylist())) == [(0, 0), (0, 1), (1, 0)]
