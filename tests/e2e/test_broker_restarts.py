@@ -63,10 +63,13 @@ def test_every_broker_killed_and_restarted_in_turn(cluster, tmp_path, unique_nam
     state_dir, state = cluster
     bootstrap = state.bootstrap_servers
     create_topic(bootstrap, unique_name, PARTITIONS, replication=3)
-    path = write_pipeline(tmp_path / "pipeline.yaml", bootstrap, unique_name, unique_name, tmp_path)
+    # one task thread per driver: three Spark drivers and three brokers share a loaded 2-core machine
+    path = write_pipeline(tmp_path / "pipeline.yaml", bootstrap, unique_name, unique_name, tmp_path,
+                          extra='format: {type: json, schema: "id BIGINT, name STRING"}\n'
+                                'spark: {spark.master: "local[1]"}\n')
     config = load_pipeline(path)
     view = ClusterView(bootstrap)
-    producer = SteadyProducer(bootstrap, unique_name, rate_per_s=200,
+    producer = SteadyProducer(bootstrap, unique_name, rate_per_s=60,
                               settings={"enable.idempotence": True}).start()
     members = [MemberProcess(n, path, tmp_path) for n in MEMBERS]
 
@@ -76,7 +79,7 @@ def test_every_broker_killed_and_restarted_in_turn(cluster, tmp_path, unique_nam
         return (len(owned) == PARTITIONS and len(set(owned)) == PARTITIONS
                 and all(_batches(m) > 0 for m in members))
 
-    wait_until(all_owned_and_writing, 300, "three members sharing the partitions and writing")
+    wait_until(all_owned_and_writing, 480, "three members sharing the partitions and writing")
     started = time.monotonic()
     timings = []
     for node_id in sorted(n.node_id for n in state.nodes):
