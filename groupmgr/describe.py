@@ -16,6 +16,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicP
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from groupmgr.group_errors import GroupError
+from groupmgr.server_assignment import CONSUMER_GROUP, GroupRunByBroker
 
 _COLUMNS = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "INSTANCE-ID", "HOST")
 
@@ -139,6 +140,8 @@ def format_table(desc: GroupDescription) -> str:
     """A kafka-consumer-groups style table, preceded by one summary line."""
     head = (f"GROUP {desc.group_id}  STATE {desc.state}  TYPE {desc.group_type}  PROTOCOL "
             f"{desc.protocol_type}/{desc.protocol}  MEMBERS {len(desc.members)}  COORDINATOR {desc.coordinator}")
+    if desc.group_type == CONSUMER_GROUP:
+        head += f"\n{GroupRunByBroker(desc.group_id)}"
     members = {m.member_id: m for m in desc.members}
     rows = [_COLUMNS] + [(p.topic, str(p.partition), _dash(p.committed), _dash(p.log_end), _dash(p.lag),
                           p.owner or "-", _dash(members[p.owner].group_instance_id if p.owner else None),
@@ -155,10 +158,13 @@ def _dash(value: Any) -> str:
 
 
 def to_json(desc: GroupDescription) -> dict[str, Any]:
-    """A JSON-ready dict (lists instead of tuples; partitions as {"topic", "partition"})."""
+    """A JSON-ready dict (lists instead of tuples; partitions as {"topic", "partition"}); ``conditions``
+    names what an operator should know, e.g. GROUP_RUN_BY_BROKER for a consumer-protocol group."""
     data = asdict(desc)
     for member in data["members"]:
         member["partitions"] = [{"topic": t, "partition": p} for t, p in member["partitions"]]
     data["members"] = list(data["members"])
     data["partitions"] = list(data["partitions"])
+    data["conditions"] = ([{"condition": GroupRunByBroker.condition, "message": str(GroupRunByBroker(desc.group_id))}]
+                          if desc.group_type == CONSUMER_GROUP else [])
     return data

@@ -187,6 +187,9 @@ class GroupConfig:
     heartbeat_interval_ms: int = 1_000
     rebalance_timeout_ms: int = 60_000
     metadata_max_age_ms: int = 30_000  # how often topic_pattern is re-matched and partition counts re-read
+    # When the broker runs the group with its own assignor (a KIP-848 consumer joined): "warn" says
+    # so in the progress lines and describe; "fail" ends the member (GROUP_RUN_BY_BROKER).
+    on_server_assignment: str = "warn"
 
 
 # Records per micro-batch when source.max_offsets_per_trigger is not set. Without a bound the first

@@ -50,7 +50,8 @@ SECURITY_KEYS = ("protocol", "sasl_mechanism", "sasl_username", "sasl_password",
                  "ssl_ca_location", "ssl_certificate_location", "ssl_key_location",
                  "ssl_key_password", "ssl_key_password_file")
 GROUP_KEYS = ("id", "assignor", "instance_id", "session_timeout", "heartbeat_interval",
-              "rebalance_timeout", "metadata_max_age")
+              "rebalance_timeout", "metadata_max_age", "on_server_assignment")
+ON_SERVER_ASSIGNMENT = ("warn", "fail")
 SOURCE_KEYS = ("starting_offsets", "max_offsets_per_trigger", "min_offsets_per_trigger",
                "max_trigger_delay", "fail_on_data_loss")
 FORMAT_KEYS = ("type", "schema", "max_value_bytes")
@@ -325,8 +326,11 @@ def _group(ctx: Ctx, sec: Section) -> GroupConfig:
     timing = {f"{key}_ms": as_duration_ms(ctx, sec.get(key), sec.sub(key))
               for key in ("session_timeout", "heartbeat_interval", "rebalance_timeout", "metadata_max_age")
               if sec.get(key)}
+    policy = sec.get("on_server_assignment")
     config = GroupConfig(id=group_id, assignors=assignors, **timing,
-                         instance_id=as_env_str(ctx, instance, sec.sub("instance_id")) if instance else None)
+                         instance_id=as_env_str(ctx, instance, sec.sub("instance_id")) if instance else None,
+                         on_server_assignment=as_enum(ctx, policy, sec.sub("on_server_assignment"),
+                                                      ON_SERVER_ASSIGNMENT) if policy else "warn")
     if config.heartbeat_interval_ms >= config.session_timeout_ms:
         line, path = sec.line_of("heartbeat_interval", "session_timeout")
         ctx.fail(line, path, C.CONFLICTING_FIELDS,

@@ -134,6 +134,13 @@ def test_group_settings(tmp_path: Path):
             group.metadata_max_age_ms) == (30_000, 3_000, 120_000, 5_000)
 
 
+def test_on_server_assignment_policy(tmp_path: Path):
+    assert load(tmp_path).group.on_server_assignment == "warn"
+    assert load(tmp_path, group={"id": "g", "on_server_assignment": "FAIL"}).group.on_server_assignment == "fail"
+    error = load_error(tmp_path, group={"id": "g", "on_server_assignment": "ignore"})
+    assert (error.condition, error.field_path) == (Condition.BAD_ENUM, "group.on_server_assignment")
+
+
 def test_assignor_by_module_class_spec(tmp_path: Path):
     spec = "groupmgr.assignors.roundrobin:RoundRobinAssignor"
     assert load(tmp_path, group={"id": "g", "assignor": spec}).group.assignors == (spec,)

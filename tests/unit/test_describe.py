@@ -38,3 +38,13 @@ def test_json_is_serialisable_and_complete():
     assert data["partitions"][1] == {"topic": "t", "partition": 1, "committed": None, "log_end": 3, "lag": None,
                                      "owner": "m-1"}
     assert data["protocol_type"] == "consumer" and data["state"] == "STABLE"
+    assert data["conditions"] == []
+
+
+def test_a_consumer_protocol_group_is_named_in_the_table_and_json():
+    import dataclasses
+
+    desc = dataclasses.replace(DESC, group_type="CONSUMER", protocol="uniform")
+    head = format_table(desc).splitlines()[:2]
+    assert "TYPE CONSUMER" in head[0] and head[1].startswith("[GROUP_RUN_BY_BROKER] group g is run by the broker")
+    assert [c["condition"] for c in to_json(desc)["conditions"]] == ["GROUP_RUN_BY_BROKER"]
