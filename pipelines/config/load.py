@@ -24,10 +24,14 @@ def load_pipeline(path: str | Path, env: Mapping[str, str] | None = None) -> Pip
 def main_validate(path: str | Path, show: bool = False) -> int:
     """``scg validate FILE``: "OK <summary>" on stdout (exit 0) or one error line on stderr (exit 2).
 
-    With ``show`` the masked config is printed as JSON too.
+    A file with a ``transform:`` is also analysed as ``scg run`` would (a local Spark session; see
+    :mod:`pipelines.config.output_check`). With ``show`` the masked config is printed as JSON too.
     """
+    from pipelines.config.output_check import check_output
+
     try:
         config = load_pipeline(path)
+        check_output(config, path)
     except ConfigError as exc:
         print(exc.headline(), file=sys.stderr)
         return 2

@@ -1,0 +1,72 @@
+"""``scg validate`` rejects what ``scg run`` would about a transform's output (issue 10, item 7b):
+it analyses the transform on a local Spark session, as ``open_tables`` does at run start, and
+names the condition with file, line (the ``transform:`` key, or the ``partition_by`` item) and
+field; exit 2. A file without a transform starts no Spark."""
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from pipelines.runtime.install_paths import PROJECT_ROOT
+from tests.support.kafka_data import write_pipeline
+
+pytestmark = pytest.mark.integration
+SCG = str(PROJECT_ROOT / "bin" / "scg")
+PROGRESS = "analysing the transform"
+
+
+def _validate(path) -> subprocess.CompletedProcess:
+    return subprocess.run([SCG, "validate", str(path)], capture_output=True, text=True, timeout=600)
+
+
+def _file(tmp_path, name: str, transform: str | None, partition_by: str = ""):
+    extra = 'format: {type: json, schema: "id BIGINT, name STRING"}\n'
+    if transform is not None:
+        extra += "transform: |\n" + "".join(f"  {line}\n" for line in transform.splitlines())
+    path = write_pipeline(tmp_path / f"{name}.yaml", "127.0.0.1:9", "t", name, tmp_path / name, extra)
+    if partition_by:
+        path.write_text(path.read_text().replace("  dead_letter_path:", f"  partition_by: [{partition_by}]\n"
+                                                                      "  dead_letter_path:"))
+    return path
+
+
+def _line_of(path, prefix: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if line.startswith(prefix))
+
+
+def _error_line(result) -> str:
+    assert result.returncode == 2, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if re.match(r"^\S+\.yaml:\d+: ", line)]
+    assert len(errors) == 1, result.stderr
+    assert PROGRESS in result.stderr and "Traceback" not in result.stderr
+    return errors[0]
+
+
+@pytest.mark.parametrize("name, transform, partition_by, condition, field", [
+    ("drops", "SELECT id, name FROM input", "", "TRANSFORM_DROPS_COORDINATES", "transform"),
+    ("unresolved", "SELECT topic, partition, offset, nope FROM input", "", "TRANSFORM_INVALID", "transform"),
+    ("syntax", "SELECT topic, partition, offset FROM input WHERE id >", "", "TRANSFORM_INVALID", "transform"),
+    ("partition", "SELECT topic, partition, offset, id FROM input", "name", "PARTITION_COLUMN_NOT_IN_OUTPUT",
+     "sink.partition_by[0]"),
+])
+def test_validate_names_what_run_would_reject(tmp_path, name, transform, partition_by, condition, field):
+    path = _file(tmp_path, name, transform, partition_by)
+    line = _line_of(path, "transform:") if field == "transform" else _line_of(path, "  partition_by:")
+    error = _error_line(_validate(path))
+    assert error.startswith(f"{path}:{line}: {field}: [{condition}] "), error
+
+
+def test_a_transform_that_keeps_the_coordinates_validates(tmp_path):
+    path = _file(tmp_path, "good", "SELECT topic, partition, offset, upper(name) AS name, key_bytes FROM input",
+                 partition_by="partition")
+    result = _validate(path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("OK ") and PROGRESS in result.stderr
+
+
+def test_a_file_without_a_transform_starts_no_spark(tmp_path):
+    result = _validate(_file(tmp_path, "plain", None))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert PROGRESS not in result.stderr
