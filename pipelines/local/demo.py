@@ -3,11 +3,13 @@
 Starts a local broker, creates a topic, produces sample JSON events, runs the demo pipeline
 (conf/pipelines/demo.yaml) as one group member until every produced record is in the Delta table,
 prints the count and a few rows read back through delta-spark, and stops everything it started,
-also on Ctrl-C.
+also on Ctrl-C. Every Kafka client it makes is closed before the broker stops (an rdkafka client
+that outlives its broker logs "Connection refused" until the process ends).
 """
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import random
 import shutil
@@ -43,6 +45,7 @@ def run_demo(records: int = 20000, partitions: int = 6) -> int:
         produce_events(cluster.bootstrap_servers, config.topics[0], records)
         return _run_until_complete(config, records)
     finally:
+        gc.collect()  # clients held only by reference cycles (runner <-> member) are destroyed now
         say("stopping Kafka ...")
         kafka.stop()
         say("done")
@@ -64,7 +67,10 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
     say(f"creating topic {topic} with {partitions} partitions")
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=30)
+    try:
+        admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=30)
+    finally:
+        admin = None  # the last reference: the client is destroyed here, also on an error
 
 
 def produce_events(bootstrap: str, topic: str, count: int, seed: int = 7) -> None:
@@ -79,6 +85,7 @@ def produce_events(bootstrap: str, topic: str, count: int, seed: int = 7) -> Non
         if i % 10000 == 0:
             producer.poll(0)
     producer.flush(60)
+    producer = None  # the last reference: the client is destroyed before the broker can stop
     say(f"produced {count} JSON events to {topic}")
 
 
@@ -121,7 +128,10 @@ def _partition_count(config, topic: str) -> int:
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient(config.kafka.confluent_config())
-    return len(admin.list_topics(topic, timeout=30).topics[topic].partitions)
+    try:
+        return len(admin.list_topics(topic, timeout=30).topics[topic].partitions)
+    finally:
+        admin = None  # destroyed before the broker can stop
 
 
 def _show_table(spark, path: str, expected: int) -> bool:

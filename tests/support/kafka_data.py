@@ -17,7 +17,10 @@ def create_topic(bootstrap: str, topic: str, partitions: int, replication: int =
                  client: Mapping[str, str] | None = None) -> None:
     """Create ``topic``; ``client``: more confluent-kafka settings (e.g. a secured admin's)."""
     admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})
-    admin.create_topics([NewTopic(topic, partitions, replication)])[topic].result(timeout=30)
+    try:
+        admin.create_topics([NewTopic(topic, partitions, replication)])[topic].result(timeout=30)
+    finally:
+        admin = None  # the last reference: destroyed now, never after the session's broker stops
 
 
 def produce(bootstrap: str, topic: str, records,
@@ -32,10 +35,14 @@ def produce(bootstrap: str, topic: str, records,
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
                          "message.max.bytes": 4_000_000, **(client or {})})
-    for key, value in records:
-        producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
-        producer.poll(0)
-    assert producer.flush(60) == 0
+    try:
+        for key, value in records:
+            producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
+            producer.poll(0)
+        remaining = producer.flush(60)
+    finally:
+        producer = None  # the last reference: destroyed now, never after the session's broker stops
+    assert remaining == 0
     return produced
 
 
