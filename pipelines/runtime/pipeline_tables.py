@@ -32,6 +32,7 @@ KAFKA_ROW_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset 
 COORDINATE_COLUMNS = ("topic", "partition", "offset")
 KEY_BYTES = "key_bytes"
 UPGRADE_ATTEMPTS = 5
+SQL_CONTEXT_LOGGER = "SQLQueryContextLogger"   # pyspark.errors.exceptions.captured's logger
 
 
 class TransformShapeError(ScgError, ValueError):
@@ -102,16 +103,23 @@ def analyse_output(config: PipelineSpec, spark) -> OutputShape:
     """Parse and transform an empty Kafka DataFrame as the query would; raises
     TransformInvalidError, TransformShapeError or PartitionColumnMissingError (all CONFIG)."""
     from pyspark.errors import PySparkException
+    from pyspark.logger import PySparkLogger
 
     fmt = RecordFormat(config.format.type, config.format.schema_ddl(), config.format.max_value_bytes)
     empty = spark.createDataFrame([], KAFKA_ROW_DDL)
     classified = classify(empty, fmt)
     rows = good_rows(classified, fmt)
+    # pyspark logs a failed spark.sql with the whole JVM stack trace (logger SQLQueryContextLogger)
+    # before raising; the named error below carries its first line, so that log is held back.
+    context_logger = PySparkLogger.getLogger(SQL_CONTEXT_LOGGER)  # a plain Logger there would break pyspark
+    was_disabled, context_logger.disabled = context_logger.disabled, True
     try:
         output = apply_transform(rows, config.transform)
         columns = output.columns
     except PySparkException as exc:
         raise TransformInvalidError(exc, rows.columns) from None
+    finally:
+        context_logger.disabled = was_disabled
     missing = [c for c in COORDINATE_COLUMNS if c not in columns]
     if missing:
         raise TransformShapeError(missing)

@@ -41,6 +41,7 @@ def _error_line(result) -> str:
     errors = [line for line in result.stderr.splitlines() if re.match(r"^\S+\.yaml:\d+: ", line)]
     assert len(errors) == 1, result.stderr
     assert PROGRESS in result.stderr and "Traceback" not in result.stderr
+    assert "SQLQueryContextLogger" not in result.stderr and "\tat org.apache" not in result.stderr
     return errors[0]
 
 
