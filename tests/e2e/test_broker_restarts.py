@@ -1,7 +1,8 @@
 """Transient is never fatal (issue 10, item 1; docs/DESIGN.md invariant 9): three `scg run`
 members on a 3-broker cluster while records are produced; every broker is SIGKILLed and started
 again in turn. Every member process stays alive from start to end (nothing restarts them) and the
-table holds every record of the log exactly once (read through deltalake)."""
+table holds every record of the log exactly once (read through deltalake). Right after the second
+restart the topic grows, so every member is assigned again while leaders move back."""
 from __future__ import annotations
 
 import time
@@ -15,6 +16,7 @@ from tests.support.kafka_data import create_topic, log_end_offsets, table_reache
 
 pytestmark = pytest.mark.e2e
 PARTITIONS = 6
+GROWN = 9  # partitions after the growth right after the second broker restart
 MEMBERS = ("a", "b", "c")
 
 
@@ -35,7 +37,7 @@ def _log_coordinates(bootstrap: str, topic: str) -> set[tuple[str, int, int]]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks-only", "log_level": 3})
     try:
         found = set()
-        for p in range(PARTITIONS):
+        for p in range(GROWN):
             low, high = consumer.get_watermark_offsets(CkTopicPartition(topic, p), timeout=30)
             found |= {(topic, p, o) for o in range(low, high)}
         return found
@@ -48,6 +50,19 @@ def _table_coordinates(path) -> list[tuple[str, int, int]]:
 
     table = DeltaTable(str(path)).to_pyarrow_table(columns=["topic", "partition", "offset"]).to_pydict()
     return list(zip(table["topic"], table["partition"], table["offset"]))
+
+
+def _grow(bootstrap: str, topic: str, count: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin.create_partitions([NewPartitions(topic, count)])[topic].result(timeout=60)
+
+
+def _owned_once(members, count: int) -> bool:
+    _all_alive(members)
+    owned = [tp for m in members for tp in m.owned()]
+    return len(owned) == count and len(set(owned)) == count
 
 
 def _batches(member: MemberProcess) -> int:
@@ -67,6 +82,9 @@ def test_every_broker_killed_and_restarted_in_turn(cluster, tmp_path, unique_nam
     path = write_pipeline(tmp_path / "pipeline.yaml", bootstrap, unique_name, unique_name, tmp_path,
                           extra='format: {type: json, schema: "id BIGINT, name STRING"}\n'
                                 'spark: {spark.master: "local[1]"}\n')
+    # the leader re-reads partition counts every 2 s, so a growth is a prompt rebalance
+    path.write_text(path.read_text().replace("  heartbeat_interval: 500ms\n",
+                                             "  heartbeat_interval: 500ms\n  metadata_max_age: 2s\n"))
     config = load_pipeline(path)
     view = ClusterView(bootstrap)
     producer = SteadyProducer(bootstrap, unique_name, rate_per_s=60,
@@ -74,10 +92,7 @@ def test_every_broker_killed_and_restarted_in_turn(cluster, tmp_path, unique_nam
     members = [MemberProcess(n, path, tmp_path) for n in MEMBERS]
 
     def all_owned_and_writing() -> bool:
-        _all_alive(members)
-        owned = [tp for m in members for tp in m.owned()]
-        return (len(owned) == PARTITIONS and len(set(owned)) == PARTITIONS
-                and all(_batches(m) > 0 for m in members))
+        return _owned_once(members, PARTITIONS) and all(_batches(m) > 0 for m in members)
 
     wait_until(all_owned_and_writing, 480, "three members sharing the partitions and writing")
     started = time.monotonic()
@@ -90,6 +105,11 @@ def test_every_broker_killed_and_restarted_in_turn(cluster, tmp_path, unique_nam
         _all_alive(members)
         node.start()
         wait_until(lambda: view.in_every_isr(node_id), 120, f"broker {node_id} back and in every ISR")
+        if node_id == 2:
+            # a rebalance right after a restart: every member is assigned again while leaders and
+            # their epochs move, and the new partitions need ListOffsets (the issue's failure)
+            _grow(bootstrap, unique_name, GROWN)
+            wait_until(lambda: _owned_once(members, GROWN), 180, f"the group owning all {GROWN} partitions")
         # the group still makes progress: every member commits a batch after the restart
         seen = {m.name: _batches(m) for m in members}
         wait_until(lambda: (_all_alive(members) or True) and all(_batches(m) > seen[m.name] for m in members),
