@@ -238,14 +238,9 @@ class PipelineRunner:
         earliest = latest = {}
         policy = self.config.source.starting_offsets
         unknown = needs_policy(partitions, delta, committed)
-        if unknown and policy in ("earliest", "latest"):
-            try:
-                earliest = self.watermarks.earliest(unknown) if policy == "earliest" else {}
-                latest = self.watermarks.latest(unknown) if policy == "latest" else {}
-            except Exception:
-                # a client whose metadata went stale (a broker restarted) is replaced for the retry
-                self.watermarks = Watermarks(self.config.kafka.confluent_config())
-                raise
+        if unknown and policy in ("earliest", "latest"):  # ListOffsets only where the policy decides
+            earliest = self.watermarks.earliest(unknown) if policy == "earliest" else {}
+            latest = self.watermarks.latest(unknown) if policy == "latest" else {}
         return choose_start_offsets(partitions, delta, committed, policy, earliest, latest)
 
     def _stop_query(self) -> None:
