@@ -12,6 +12,7 @@ the situation (a progress line, or fatal with ``group.on_server_assignment: fail
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from groupmgr.group_errors import GroupError
@@ -41,3 +42,15 @@ def group_type(admin: Any, group_id: str, timeout_s: float = 10.0) -> str:
     future = admin.describe_consumer_groups([group_id], request_timeout=timeout_s)[group_id]
     kind = getattr(future.result(timeout_s), "type", None)
     return getattr(kind, "name", "UNKNOWN") if kind is not None else "UNKNOWN"
+
+
+def group_type_of(client_config: Mapping[str, Any], group_id: str, timeout_s: float = 10.0) -> str:
+    """:func:`group_type` through a confluent-kafka AdminClient made for this call (confluent-kafka
+    settings, bootstrap included) and destroyed before it returns: called once per rebalance."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({**client_config, "log_level": 3})
+    try:
+        return group_type(admin, group_id, timeout_s)
+    finally:
+        admin = None  # the last reference: the client is destroyed now, also when describe raised

@@ -25,6 +25,7 @@ never raises: a failure is left to the main thread.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -35,6 +36,7 @@ from groupmgr.core import ScgError, TopicPartition
 from groupmgr.generation import Generation
 from groupmgr.kafka_faults import Backoff, Fault, FaultKind
 from groupmgr.member import GroupMember, MemberConfig
+from groupmgr.server_assignment import CONSUMER_GROUP, GroupRunByBroker, group_type_of
 from pipelines.runtime import streaming_query as queries
 from pipelines.runtime.batch_writer import NO_HOOKS, BatchHooks, BatchReport, BatchWriter, TableTargets
 from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
@@ -97,6 +99,7 @@ class PipelineRunner:
         self.watermarks = Watermarks(config.kafka.confluent_config())
         self.member = (member_factory or group_member_factory)(config, self)
         self._init_lifecycle()
+        self._group_type = functools.partial(group_type_of, config.kafka.confluent_config(), config.group.id)
 
     def _init_lifecycle(self) -> None:
         """The query and failure state (no I/O), set before the member can call back."""
@@ -113,6 +116,8 @@ class PipelineRunner:
         self._batch_done = False                 # set by the query thread after a committed batch
         self._started_at = 0.0
         self._fatal: BaseException | None = None  # a permanent failure for run() to raise
+        self._run_by_broker = False              # the group is a consumer-protocol (KIP-848) group
+        self._group_type: Callable[[], str] | None = None  # asks the brokers (set once configured)
 
     # -- RebalanceListener ------------------------------------------------------------------------
     def on_assigned(self, generation: Generation, partitions) -> None:
@@ -121,6 +126,7 @@ class PipelineRunner:
             self._stop_query()
             self._generation, self._owned = generation, tuple(sorted(partitions))
             self.progress.assigned(generation, self._owned)
+            self._check_server_assignment()
             self._pending_start, self._retry_at = bool(self._owned), 0.0
             if self._owned:
                 self._try_start("query start failed")
@@ -159,6 +165,31 @@ class PipelineRunner:
             self.member.close()
 
     # -- internals --------------------------------------------------------------------------------
+    def _check_server_assignment(self) -> None:
+        """After an assignment (listener thread, lock held): when the broker now runs the group
+        with its own assignor (a member joined with group.protocol=consumer), say so once, by
+        name, and with ``group.on_server_assignment: fail`` end the member; say so again when the
+        group is classic again. Advisory: a describe that fails changes nothing."""
+        if self._group_type is None:
+            return
+        try:
+            kind = self._group_type()
+        except Exception as exc:  # noqa: BLE001 - the check never stands in the way of a rebalance
+            log.debug("describing the group failed: %s", exc)
+            return
+        run_by_broker = kind == CONSUMER_GROUP
+        if run_by_broker == self._run_by_broker:
+            return
+        self._run_by_broker = run_by_broker
+        if not run_by_broker:
+            self.progress.note(f"group {self.config.group.id} is a classic group again: assignor "
+                               f"{', '.join(self.config.group.assignors)} decides")
+            return
+        error = GroupRunByBroker(self.config.group.id, tuple(self.config.group.assignors))
+        self.progress.note(error.headline())
+        if self.config.group.on_server_assignment == "fail":
+            self._fatal = error
+
     def _check_query(self) -> str:
         """One look at the query (main thread): restart it when due, raise a permanent failure."""
         with self._lock:

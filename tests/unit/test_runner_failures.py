@@ -147,3 +147,29 @@ def test_revoking_cancels_a_pending_start():
     h.runner.on_revoked(TPS)
     assert h.due() == "idle" and h.starts == []
     assert h.runner._query is None
+
+
+@pytest.mark.parametrize("policy", ["warn", "fail"])
+def test_a_group_the_broker_runs_is_named_once_and_fails_only_when_asked(policy):
+    from types import SimpleNamespace
+
+    from groupmgr.server_assignment import GroupRunByBroker
+
+    harness = Harness()
+    runner = harness.runner
+    runner.config = SimpleNamespace(group=SimpleNamespace(id="g", assignors=("sticky",), on_server_assignment=policy))
+    answers = iter(["CLASSIC", "CONSUMER", "CONSUMER", RuntimeError("describe failed"), "CLASSIC"])
+
+    def lookup():
+        answer = next(answers)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    runner._group_type = lookup
+    for _ in range(5):
+        runner._check_server_assignment()
+    named = [line for line in harness.lines if "[GROUP_RUN_BY_BROKER]" in line]
+    assert len(named) == 1 and "sticky" in named[0]
+    assert sum("is a classic group again" in line for line in harness.lines) == 1
+    assert isinstance(runner._fatal, GroupRunByBroker) if policy == "fail" else runner._fatal is None
