@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -73,6 +75,25 @@ def _scg(*args, timeout: float = HANG_GUARD_S) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
+def _own_principal(security, listener: str, tmp_path: Path, name: str) -> tuple[dict, str, list[str]]:
+    """A principal of this test only (the session broker's ``scg-client`` collects other tests'
+    ACLs): a new SCRAM user, or a new client certificate of the broker's CA. Returns the pipeline's
+    ``kafka:`` section, the principal and its secrets (canaries)."""
+    kafka = security.pipeline_kafka(listener)
+    if listener == "sasl_ssl":
+        password = secrets.token_urlsafe(24)
+        AclAdmin(security.admin_config()).create_scram_user(name, password)
+        password_file = tmp_path / f"{name}.password"
+        password_file.write_text(password + "\n")
+        kafka["security"].update(sasl_username=name, sasl_password_file=str(password_file))
+        return kafka, f"User:{name}", [password]
+    certificate = issue_client_certificate(Path(security.ca_file).parent, name)
+    kafka["security"].update(ssl_certificate_location=str(certificate.cert_file),
+                             ssl_key_location=str(certificate.key_file))
+    key_lines = certificate.key_file.read_text().splitlines()
+    return kafka, certificate.principal, [line for line in key_lines if line and not line.startswith("-----")][:2]
+
+
 @pytest.mark.parametrize("listener", ["sasl_ssl", "mtls"])
 def test_two_members_share_a_topic_exactly_once_over_a_secured_listener(listener, secure_kafka, spark, tmp_path,
                                                                       unique_name):
@@ -80,13 +101,14 @@ def test_two_members_share_a_topic_exactly_once_over_a_secured_listener(listener
     admin = security.admin_config()
     topic = group = unique_name
     create_topic(security.sasl_ssl_bootstrap, topic, PARTITIONS, client=admin)
-    _grant_member_acls(secure_kafka, topic, group)  # READ on topic and group; no cluster ACL
-    acls = AclAdmin(admin).acls(security.client_principal)
-    assert not [acl for acl in acls if acl.resource_type == "CLUSTER"], acls
+    kafka, principal, canaries = _own_principal(security, listener, tmp_path, f"member-{uuid.uuid4().hex[:10]}")
+    # READ on the topic and on the group, nothing else: no cluster ACL is needed
+    AclAdmin(admin).grant(principal, [Acl.topic(topic, "READ"), Acl.group(group, "READ")])
+    assert {acl.resource_type for acl in AclAdmin(admin).acls(principal)} == {"TOPIC", "GROUP"}
     produced = produce(security.sasl_ssl_bootstrap, topic, json_events(400), client=admin)
     events = tmp_path / "events"
     events.mkdir()
-    path = _pipeline(tmp_path / "pipeline.yaml", security.pipeline_kafka(listener), topic, group,
+    path = _pipeline(tmp_path / "pipeline.yaml", kafka, topic, group,
                      {"spark": {"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),
                                 "spark.eventLog.compress": "false"}})
     config = load_pipeline(path)
@@ -116,7 +138,7 @@ def test_two_members_share_a_topic_exactly_once_over_a_secured_listener(listener
     outputs["describe --json"] = described.stdout + described.stderr
     outputs["validate"] = validated.stdout + validated.stderr
     assert any("SQLExecutionStart" in text for name, text in outputs.items() if name.startswith("event log"))
-    for canary in _canaries(security, listener):
+    for canary in canaries:
         leaks = [name for name, text in outputs.items() if canary in text]
         assert not leaks, f"a secret shows in {leaks}"
 
