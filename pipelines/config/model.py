@@ -207,11 +207,14 @@ class SourceConfig:
     max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int | None = None  # set (default 15m) only with min_offsets_per_trigger
-    fail_on_data_loss: bool = True
+    on_data_loss: str = "fail"  # fail | skip: records deleted (retention) before they were read
 
     def spark_options(self) -> dict[str, str]:
-        """Rate-limit options for Spark's Kafka source (not startingOffsets: the runner computes those)."""
-        opts = {"failOnDataLoss": str(self.fail_on_data_loss).lower()}
+        """Rate-limit options for Spark's Kafka source (not startingOffsets: the runner computes
+        those). ``failOnDataLoss`` is always true: Spark stops the query at a gap and the runner
+        applies ``on_data_loss`` to the partition (a marker row or a stopped partition, never a
+        silent skip)."""
+        opts = {"failOnDataLoss": "true"}
         opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
         if self.min_offsets_per_trigger is not None:
             opts["minOffsetsPerTrigger"] = str(self.min_offsets_per_trigger)

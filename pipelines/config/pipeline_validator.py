@@ -53,7 +53,8 @@ GROUP_KEYS = ("id", "assignor", "instance_id", "session_timeout", "heartbeat_int
               "rebalance_timeout", "metadata_max_age", "on_server_assignment")
 ON_SERVER_ASSIGNMENT = ("warn", "fail")
 SOURCE_KEYS = ("starting_offsets", "max_offsets_per_trigger", "min_offsets_per_trigger",
-               "max_trigger_delay", "fail_on_data_loss")
+               "max_trigger_delay", "on_data_loss", "fail_on_data_loss")
+ON_DATA_LOSS = ("fail", "skip")
 FORMAT_KEYS = ("type", "schema", "max_value_bytes")
 SINK_KEYS = ("path", "partition_by", "dead_letter_path")
 TRIGGER_KEYS = ("processing_time", "available_now")
@@ -382,10 +383,23 @@ def _source(ctx: Ctx, sec: Section) -> SourceConfig:
     if limits["max_offsets_per_trigger"] is None:  # the default bound, raised to a larger minimum
         limits["max_offsets_per_trigger"] = max(DEFAULT_MAX_OFFSETS_PER_TRIGGER,
                                                 limits["min_offsets_per_trigger"] or 0)
-    fail_on_loss = as_bool(ctx, get("fail_on_data_loss"), sec.sub("fail_on_data_loss")) \
-        if get("fail_on_data_loss") is not None else True
     return SourceConfig(starting_offsets=starting, max_trigger_delay_ms=delay,
-                        fail_on_data_loss=fail_on_loss, **limits)
+                        on_data_loss=_on_data_loss(ctx, sec), **limits)
+
+
+def _on_data_loss(ctx: Ctx, sec: Section) -> str:
+    """``source.on_data_loss`` (fail | skip, default fail); the older boolean
+    ``fail_on_data_loss`` is read as fail (true) or skip (false), never both."""
+    get = sec.get
+    if get("on_data_loss") is not None and get("fail_on_data_loss") is not None:
+        ctx.fail(get("fail_on_data_loss").line, sec.sub("fail_on_data_loss"), C.CONFLICTING_FIELDS,
+                 "give source.on_data_loss only (fail_on_data_loss is its older boolean form)")
+    if get("fail_on_data_loss") is not None:
+        keep_failing = as_bool(ctx, get("fail_on_data_loss"), sec.sub("fail_on_data_loss"))
+        return "fail" if keep_failing else "skip"
+    if get("on_data_loss") is None:
+        return "fail"
+    return as_enum(ctx, get("on_data_loss"), sec.sub("on_data_loss"), ON_DATA_LOSS)
 
 
 def _check_limits(ctx: Ctx, sec: Section, limits: Mapping[str, int | None], delay: int | None) -> None:

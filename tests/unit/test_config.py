@@ -69,7 +69,7 @@ def test_minimal_config_gets_documented_defaults(tmp_path: Path):
     assert config.group.assignors == ("range",) and config.group.instance_id is None
     assert (config.group.session_timeout_ms, config.group.heartbeat_interval_ms,
             config.group.rebalance_timeout_ms) == (10_000, 1_000, 60_000)
-    assert config.source == type(config.source)(starting_offsets="earliest", fail_on_data_loss=True,
+    assert config.source == type(config.source)(starting_offsets="earliest", on_data_loss="fail",
                                                 max_offsets_per_trigger=500_000)
     assert config.source.spark_options()["maxOffsetsPerTrigger"] == "500000"
     assert config.trigger.processing_time_ms == 2_000 and not config.trigger.available_now
@@ -179,9 +179,19 @@ def test_source_limits_and_spark_options(tmp_path: Path):
     config = load(tmp_path, source={"max_offsets_per_trigger": 5000, "min_offsets_per_trigger": 100,
                                     "fail_on_data_loss": False, "starting_offsets": "error"})
     assert config.source.max_trigger_delay_ms == 15 * 60_000  # Spark's default, made explicit
+    assert config.source.on_data_loss == "skip"  # the older boolean, false: skip with a marker row
     assert config.source.spark_options() == {
-        "failOnDataLoss": "false", "maxOffsetsPerTrigger": "5000", "minOffsetsPerTrigger": "100",
+        "failOnDataLoss": "true", "maxOffsetsPerTrigger": "5000", "minOffsetsPerTrigger": "100",
         "maxTriggerDelay": "900000ms"}
+
+
+def test_on_data_loss_values(tmp_path: Path):
+    assert load(tmp_path, source={"on_data_loss": "skip"}).source.on_data_loss == "skip"
+    assert load(tmp_path, source={"fail_on_data_loss": True}).source.on_data_loss == "fail"
+    error = load_error(tmp_path, source={"on_data_loss": "ignore"})
+    assert (error.condition, error.field_path) == (Condition.BAD_ENUM, "source.on_data_loss")
+    error = load_error(tmp_path, source={"on_data_loss": "skip", "fail_on_data_loss": True})
+    assert (error.condition, error.field_path) == (Condition.CONFLICTING_FIELDS, "source.fail_on_data_loss")
 
 
 def test_min_above_max_offsets_conflicts(tmp_path: Path):
