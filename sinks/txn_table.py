@@ -143,6 +143,11 @@ class TxnDeltaTable:
     def owner_app_id(self, tp: TopicPartition) -> str:
         return f"{self.app_id}:owner:{tp.topic}:{tp.partition}"
 
+    def topic_id_app_id(self, tp: TopicPartition) -> str:
+        """The transaction whose version is the fingerprint of the Kafka topic ID that ``tp``'s
+        offsets belong to (a recreated topic has a new ID: its offsets start again)."""
+        return f"{self.app_id}:topic-id:{tp.topic}:{tp.partition}"
+
     # -- reads ---------------------------------------------------------------------------------
     def snapshot(self) -> DeltaTable:
         """The latest snapshot; creates the (empty) table on first use. Raises StorageUnavailable
@@ -168,6 +173,11 @@ class TxnDeltaTable:
     def recorded_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         table = self.snapshot()
         return {tp: table.transaction_version(self.offset_app_id(tp)) for tp in partitions}
+
+    def recorded_topic_ids(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The topic ID fingerprint recorded for each partition (None: never recorded)."""
+        table = self.snapshot()
+        return {tp: table.transaction_version(self.topic_id_app_id(tp)) for tp in partitions}
 
     def coordinates(self, ranges: Sequence[OffsetRange]) -> pa.Table:
         """The ``topic, partition, offset`` of the rows this table holds within ``ranges`` (read on
@@ -199,6 +209,26 @@ class TxnDeltaTable:
             if not txns or self._try_commit(table, (), txns, uuid.uuid4().hex):
                 return epochs
         raise SinkError(f"{self.path}: could not claim partitions after {COMMIT_ATTEMPTS} attempts")
+
+    def record_partitions(self, epochs: Mapping[TopicPartition, int], offsets: Mapping[TopicPartition, int],
+                          topic_ids: Mapping[TopicPartition, int], event: Mapping[str, str] | None = None) -> None:
+        """Set partitions' next offsets (a reset may move them down: a recreated topic, a
+        truncated log) and topic ID fingerprints in one commit without data, with ``event`` in
+        the commit info. Every partition touched must still be owned by ``epochs`` (else
+        FencedWriterError, nothing written); a concurrent commit makes it re-check and retry."""
+        touched = sorted(set(offsets) | set(topic_ids))
+        if not touched:
+            return
+        ranges = [OffsetRange(tp.topic, tp.partition, 0, 0) for tp in touched]
+        for _ in range(COMMIT_ATTEMPTS):
+            table = self.snapshot()
+            self._check_owner(table, ranges, epochs)
+            txns = [self._txn(self.offset_app_id(tp), v) for tp, v in offsets.items()]
+            txns += [self._txn(self.topic_id_app_id(tp), v) for tp, v in topic_ids.items()]
+            txns += [self._txn(self.owner_app_id(tp), epochs[tp]) for tp in touched]
+            if self._try_commit(table, (), txns, uuid.uuid4().hex, event):
+                return
+        raise SinkError(f"{self.path}: could not record partitions after {COMMIT_ATTEMPTS} attempts")
 
     def file_writer(self, file_prefix: str = "part") -> DataFileWriter:
         """A writer of this table's data files (picklable: Spark ships it to the executors)."""
@@ -262,12 +292,14 @@ class TxnDeltaTable:
             versions[rng.tp] = rng.end
         return CommitPlan(keep_from, versions, tuple(replayed))
 
-    def _try_commit(self, table: DeltaTable, files, txns: list[Transaction], marker: str) -> bool:
+    def _try_commit(self, table: DeltaTable, files, txns: list[Transaction], marker: str,
+                    info: Mapping[str, str] | None = None) -> bool:
         """One commit of ``files`` and ``txns`` built on ``table``'s snapshot, tagged with
-        ``marker`` in its commit info; False when a concurrent commit conflicts with it."""
+        ``marker`` (and ``info``) in its commit info; False when a concurrent commit conflicts."""
         now = int(time.time() * 1000)
         adds = [AddAction(f.path, f.size, dict(f.partition_values), now, True, f.stats) for f in files]
-        properties = CommitProperties(app_transactions=txns, custom_metadata={COMMIT_MARKER: marker})
+        properties = CommitProperties(app_transactions=txns,
+                                      custom_metadata={**(info or {}), COMMIT_MARKER: marker})
         try:
             table.create_write_transaction(adds, "append", self.schema, self.partition_by or None,
                                            commit_properties=properties)

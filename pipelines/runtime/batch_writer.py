@@ -3,6 +3,8 @@
 Commit order (docs/DESIGN.md invariants 3, 4, 6, 8), per micro-batch:
 
 1. the planned offset ranges are read from the query's checkpoint offset log (not from the rows);
+   once the rows are read, ``check_sources`` confirms the source is the one the query started on
+   (no topic recreated, no log gone back), else the batch fails before any commit;
 2. dead letters are committed to the dead-letter table (exactly once, per-partition txn);
 3. good rows are committed to the output table in ONE Delta commit with per-partition txn versions
    (see :class:`sinks.txn_table.TxnDeltaTable`); a fenced writer raises and writes nothing;
@@ -220,10 +222,11 @@ class BatchWriter:
                  commit_kafka: Callable[[Mapping[TopicPartition, int], str], bool],
                  report: Callable[[BatchReport], None],
                  refused: Callable[[int, FencedWriterError], None],
-                 hooks: BatchHooks = NO_HOOKS):
+                 hooks: BatchHooks = NO_HOOKS,
+                 check_sources: Callable[[tuple[OffsetRange, ...]], None] = lambda ranges: None):
         self.fmt, self.transform, self.targets = fmt, transform, targets
         self.offset_log, self.commit_kafka, self.report = offset_log, commit_kafka, report
-        self.refused, self.hooks = refused, hooks
+        self.refused, self.hooks, self.check_sources = refused, hooks, check_sources
 
     def __call__(self, batch_df, batch_id: int) -> None:
         started = time.monotonic()
@@ -270,6 +273,7 @@ class BatchWriter:
 
         def write(plan) -> WrittenFiles:
             written = rows.write(writer, plan.keep_from)
+            self.check_sources(ranges)  # the rows were read from the source the query started on
             self.hooks.files_written(batch_id, ranges, written)
             return written
 

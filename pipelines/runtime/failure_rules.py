@@ -10,16 +10,19 @@ Rules of :func:`classify_failure`, first match wins:
 1. Kafka client errors (confluent-kafka, kafka-python, ``GroupError``, connection and timeout
    errors): :func:`groupmgr.kafka_faults.classify_kafka`.
 2. The project's own errors: ``StorageUnavailable`` by its reason (rule 4); ``FencedWriterError``
-   (another member owns the partition: the group rebalances), ``SinkError`` (commit contention)
-   and deltalake's ``CommitFailedError`` are transient; ``OffsetGapError``,
+   (another member owns the partition: the group rebalances), ``SinkError`` (commit contention),
+   ``SourceChanged`` (a recreated topic, a log gone back) and deltalake's ``CommitFailedError``
+   are transient; ``OffsetGapError``,
    ``NoStartingOffsetError`` and every other ``ScgError`` are permanent.
 3. deltalake: ``DeltaProtocolError``, ``SchemaMismatchError``, ``TableNotFoundError`` permanent.
 4. ``OSError`` (deltalake and object-store IO): permanent when the store says the credentials,
    permissions or bucket are wrong (:data:`STORAGE_PERMANENT`), transient otherwise.
 5. Anything else is judged by its text (a Spark ``StreamingQueryException`` carries the JVM
    exception chain and the Python traceback of a failed batch): a permanent marker anywhere wins
-   (Kafka's authorization/authentication/invalid-topic exceptions, Spark's data-loss errors, the
-   project's permanent error classes, storage refusals); then a transient marker (Kafka's
+   (Kafka's authorization/authentication/invalid-topic exceptions, the project's permanent error
+   classes, storage refusals); then Spark's data-loss errors, transient ``KAFKA_DATA_LOSS``: the
+   restart's partition checks find the partition and apply ``source.on_data_loss`` to it alone
+   (:mod:`pipelines.runtime.partition_checks`); then a transient marker (Kafka's
    retriable exception classes ``org.apache.kafka.common.errors.*``, ``java.net`` connection
    errors, ``java.util.concurrent.TimeoutException``, Java and Python IO errors, the project's
    transient classes, a confluent-kafka ``KafkaError{code=...}``); otherwise unknown.
@@ -36,6 +39,7 @@ from deltalake.exceptions import CommitFailedError, DeltaProtocolError, SchemaMi
 
 from groupmgr.core import ScgError
 from groupmgr.kafka_faults import Backoff, Fault, FaultKind, FaultStreak, classify_kafka, classify_kafka_code
+from pipelines.runtime.partition_checks import SourceChanged
 from pipelines.runtime.start_offsets import NoStartingOffsetError
 from sinks.txn_table import FencedWriterError, OffsetGapError, SinkError, StorageUnavailable
 
@@ -80,6 +84,7 @@ _PYTHON_IO = re.compile(r"\b(?:OSError|ConnectionError|ConnectionRefusedError|Co
 _CONFLUENT = re.compile(r"KafkaError\{code=(\w+),val=(-?\d+)")
 # The project's own error classes as they appear in a failed batch's Python traceback.
 _PROJECT_TRANSIENT = {cls.__name__: cls.condition for cls in (FencedWriterError,)}
+_PROJECT_TRANSIENT[SourceChanged.__name__] = "SOURCE_CHANGED"
 _PROJECT_TRANSIENT.update({"CommitFailedError": "COMMIT_CONFLICT", SinkError.__name__: SinkError.condition})
 _PROJECT_PERMANENT = {cls.__name__: cls.condition for cls in (OffsetGapError, NoStartingOffsetError)}
 
@@ -120,11 +125,11 @@ def classify_text(text: str) -> Fault:
     for name in java:
         if name in KAFKA_PERMANENT_JAVA:
             return Fault(PERMANENT, _snake(name.removesuffix("Exception")), detail)
-    if _SPARK_DATA_LOSS.search(text):
-        return Fault(PERMANENT, "KAFKA_DATA_LOSS", detail)
     for name, condition in _PROJECT_PERMANENT.items():
         if _raised(name, text):
             return Fault(PERMANENT, condition, detail)
+    if _SPARK_DATA_LOSS.search(text):
+        return Fault(TRANSIENT, "KAFKA_DATA_LOSS", detail)
     if _raised("StorageUnavailable", text) or STORAGE_PERMANENT.search(text) and _PYTHON_IO.search(text):
         return classify_storage(text)
     for code_name, value in _CONFLUENT.findall(text):

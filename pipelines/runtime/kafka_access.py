@@ -106,7 +106,7 @@ def _connect(kafka: KafkaSpec, admin_factory) -> _Connection:
         from confluent_kafka.admin import AdminClient as admin_factory  # noqa: N813
     errors: list = []
     config = {**kafka.confluent_config(), "error_cb": errors.append, "log_level": 0,
-              "logger": _SilentLogger()}
+              "logger": SilentLogger()}
     return _Connection(admin_factory(config), errors)
 
 
@@ -204,7 +204,7 @@ def _check_group(admin, principal: str, group_id: str, deadline: float) -> None:
                                  "members join, heartbeat and commit offsets in it")
 
 
-class _SilentLogger:
+class SilentLogger:
     """librdkafka's log lines go nowhere: the errors it reports are turned into named errors."""
 
     def log(self, *args, **kwargs):  # noqa: D401 - logging.Logger-compatible sink

@@ -30,6 +30,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
 
 from groupmgr.coordinator_client import ACCEPTED_CLIENT_SETTINGS
 from groupmgr.core import ScgError, TopicPartition
@@ -39,15 +42,18 @@ from groupmgr.member import GroupMember, MemberConfig
 from groupmgr.server_assignment import CONSUMER_GROUP, GroupRunByBroker, group_type_of
 from pipelines.runtime import streaming_query as queries
 from pipelines.runtime.batch_writer import NO_HOOKS, BatchHooks, BatchReport, BatchWriter, TableTargets
+from pipelines.runtime.broker_probe import BrokerProbe
 from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
 from pipelines.runtime.failure_rules import RestartPolicy, Verdict, classify_failure
 from pipelines.runtime.hadoop_fs import HadoopFileSystem
+from pipelines.runtime.partition_checks import (DATA_LOSS_REASON, LOG_TRUNCATED, TOPIC_RECREATED, PartitionLog,
+                                                PartitionVerdict, SourceChanged, check_partition,
+                                                lost_range_value)
 from pipelines.runtime.pipeline_spec import PipelineSpec
 from pipelines.runtime.pipeline_tables import open_tables
 from pipelines.runtime.progress import ProgressPrinter
 from pipelines.runtime.spark_session import prepare_session
-from pipelines.runtime.start_offsets import StartDecision, choose_start_offsets, needs_policy
-from pipelines.runtime.watermarks import Watermarks
+from pipelines.runtime.start_offsets import StartDecision, choose_start_offset
 
 log = logging.getLogger("scg.runner")
 POLL_S = 0.5
@@ -55,6 +61,8 @@ RESTART_BACKOFF_S = 1.0    # first wait of a failure streak; doubles per attempt
 RESTART_BACKOFF_MAX_S = 30.0
 MAX_UNKNOWN_RESTARTS = 5    # consecutive restarts after failures no rule recognises
 STABLE_AFTER_S = 60.0       # a query running this long (or a committed batch) ends a failure streak
+STOPPED_RECHECK = Backoff(5.0, 60.0)  # how often a stopped partition is checked again
+STOPPED_METADATA = "scg:stopped:"     # Kafka commit metadata of a stopped partition (scg describe)
 
 
 class QueryFailedRepeatedly(ScgError):
@@ -72,6 +80,30 @@ class PermanentFault(ScgError):
         self.fault = fault
         self.condition = fault.condition  # type: ignore[misc]  # per instance, like BrokerError
         super().__init__(f"[{fault.condition}] {what}: {fault.detail}")
+
+
+@dataclass(frozen=True)
+class PartitionChecks:
+    """The verdicts over some owned partitions and what they were made from."""
+
+    verdicts: list[PartitionVerdict]
+    recorded_offsets: Mapping[TopicPartition, int | None] = field(default_factory=dict)
+    recorded_ids: Mapping[TopicPartition, int | None] = field(default_factory=dict)
+    logs: Mapping[TopicPartition, PartitionLog] = field(default_factory=dict)
+    origins: Mapping[TopicPartition, str] = field(default_factory=dict)  # which rule chose the start
+
+    def origin(self, verdict: PartitionVerdict) -> str:
+        return verdict.events[-1].lower() if verdict.events else self.origins.get(verdict.tp, "")
+
+
+@dataclass(frozen=True)
+class StoppedPartition:
+    """An owned partition the query leaves out, why, since when, and when it is checked again."""
+
+    verdict: PartitionVerdict
+    since: float
+    next_check: float
+    checks: int
 
 
 MemberFactory = Callable[[PipelineSpec, "PipelineRunner"], GroupMember]
@@ -96,7 +128,7 @@ class PipelineRunner:
         self.tables = open_tables(config, spark)
         for table in (self.tables.table, self.tables.dead_table):
             table.check_storage()  # the storage answers now, or a named error before joining the group
-        self.watermarks = Watermarks(config.kafka.confluent_config())
+        self.probe = BrokerProbe(config.kafka.confluent_config())
         self.member = (member_factory or group_member_factory)(config, self)
         self._init_lifecycle()
         self._group_type = functools.partial(group_type_of, config.kafka.confluent_config(), config.group.id)
@@ -118,6 +150,8 @@ class PipelineRunner:
         self._fatal: BaseException | None = None  # a permanent failure for run() to raise
         self._run_by_broker = False              # the group is a consumer-protocol (KIP-848) group
         self._group_type: Callable[[], str] | None = None  # asks the brokers (set once configured)
+        self._stopped: dict[TopicPartition, StoppedPartition] = {}  # owned partitions left out
+        self._query_topic_ids: dict[str, int] = {}  # topic ID fingerprints the query reads
 
     # -- RebalanceListener ------------------------------------------------------------------------
     def on_assigned(self, generation: Generation, partitions) -> None:
@@ -125,6 +159,7 @@ class PipelineRunner:
         with self._lock:
             self._stop_query()
             self._generation, self._owned = generation, tuple(sorted(partitions))
+            self._stopped = {tp: s for tp, s in self._stopped.items() if tp in self._owned}
             self.progress.assigned(generation, self._owned)
             self._check_server_assignment()
             self._pending_start, self._retry_at = bool(self._owned), 0.0
@@ -163,6 +198,7 @@ class PipelineRunner:
             with self._lock:
                 self._stop_query()
             self.member.close()
+            self.probe.close()
 
     # -- internals --------------------------------------------------------------------------------
     def _check_server_assignment(self) -> None:
@@ -198,6 +234,7 @@ class PipelineRunner:
                                     and time.monotonic() - self._started_at >= STABLE_AFTER_S):
                 self._batch_done = False
                 self._restarts.succeeded()
+            self._recheck_stopped()
             query = self._query
             if query is None:
                 if self._pending_start and self._owned and time.monotonic() >= self._retry_at:
@@ -250,29 +287,130 @@ class PipelineRunner:
         epochs = self.tables.table.claim(self._owned)
         dead_epochs = self.tables.dead_table.claim(self._owned)
         targets = TableTargets(self.tables.table, self.tables.dead_table, epochs, dead_epochs)
-        starts = self._start_offsets(self._owned)
-        self.progress.starting(starts)
-        offsets = {tp: d.offset for tp, d in starts.items()}
+        checks = self._check_partitions(self._owned)
+        runs = [v for v in checks.verdicts if v.runs]
+        self._apply_verdicts(runs, targets, checks)
+        self._note_stopped([v for v in checks.verdicts if not v.runs], checks)
+        if not runs:
+            return  # every owned partition is stopped; _recheck_stopped starts the query later
+        offsets = {v.tp: v.offset for v in runs}
+        self.progress.starting({v.tp: StartDecision(v.offset, checks.origin(v)) for v in runs})
+        self._query_topic_ids = {tp.topic: checks.logs[tp].topic_id for tp in offsets}
         self._checkpoint = queries.new_checkpoint(self.config.checkpoint_root, _label(self._generation))
         self._refused_batch = None
         writer = BatchWriter(self.tables.record_format, self.config.transform, targets,
                              CheckpointOffsetLog(self._checkpoint, offsets, self.fs.read_text),
-                             self._commit_kafka, self._on_batch, self._on_refused, self.hooks)
+                             self._commit_kafka, self._on_batch, self._on_refused, self.hooks,
+                             check_sources=self._check_sources)
         self._query = queries.start_query(self.spark, self.tables.source_options, offsets, writer,
                                           self._checkpoint, self.tables.trigger,
                                           f"{self.config.name}-{_label(self._generation)}")
 
-    def _start_offsets(self, partitions: tuple[TopicPartition, ...]) -> dict[TopicPartition, StartDecision]:
+    def _check_partitions(self, partitions) -> PartitionChecks:
+        """Each partition's verdict (:func:`check_partition`) from the table's offsets and topic
+        IDs, the group's commits and the brokers' view of the logs."""
         delta = self.tables.table.recorded_offsets(partitions)
-        committed = {tp: getattr(om, "offset", om)
-                     for tp, om in self.member.committed(partitions).items()}
-        earliest = latest = {}
-        policy = self.config.source.starting_offsets
-        unknown = needs_policy(partitions, delta, committed)
-        if unknown and policy in ("earliest", "latest"):  # ListOffsets only where the policy decides
-            earliest = self.watermarks.earliest(unknown) if policy == "earliest" else {}
-            latest = self.watermarks.latest(unknown) if policy == "latest" else {}
-        return choose_start_offsets(partitions, delta, committed, policy, earliest, latest)
+        recorded_ids = self.tables.table.recorded_topic_ids(partitions)
+        committed = {tp: getattr(om, "offset", om) for tp, om in self.member.committed(partitions).items()}
+        probe = self.probe.describe(partitions)
+        verdicts, origins = [], {}
+        for tp in partitions:
+            log_ = probe.logs.get(tp)
+            start = choose_start_offset(tp, delta, committed, self.config.source.starting_offsets,
+                                        getattr(log_, "earliest", None), getattr(log_, "latest", None))
+            origins[tp] = start.origin if start else ""
+            verdicts.append(check_partition(tp, start.offset if start else None, recorded_ids.get(tp), log_,
+                                            probe.errors.get(tp), self.config.source.on_data_loss, origins[tp]))
+        return PartitionChecks(verdicts, delta, recorded_ids, probe.logs, origins)
+
+    def _apply_verdicts(self, runs: list[PartitionVerdict], targets: TableTargets,
+                        checks: PartitionChecks) -> None:
+        """Make the tables agree with the verdicts before the query starts: resets (a recreated
+        topic, a truncated log) and new topic IDs in one commit per table, then each skipped range
+        as a ``data_loss`` marker row in the dead-letter table, committed in both tables like a
+        batch (idempotent: a retry after a crash finds the range recorded and writes nothing)."""
+        resets = {v.tp: v.reset_to for v in runs if v.reset_to is not None}
+        ids = {v.tp: checks.logs[v.tp].topic_id for v in runs
+               if checks.recorded_ids.get(v.tp) != checks.logs[v.tp].topic_id}
+        events = [v for v in runs if v.events]
+        info = {"scg.event": ",".join(sorted({e for v in events for e in v.events})),
+                "scg.detail": " | ".join(v.detail for v in events)[:4000]} if events else None
+        if resets:
+            targets.dead_table.record_partitions(targets.dead_epochs, resets, {}, info)
+        targets.table.record_partitions(targets.epochs, resets, ids, info)
+        for v in events:
+            self.progress.note(f"{v.tp.topic}-{v.tp.partition}: [{', '.join(v.events)}] {v.detail}")
+        lost = [v.lost for v in runs if v.lost is not None]
+        if lost:
+            now_ms = int(time.time() * 1000)
+            markers = [{"topic": r.topic, "partition": r.partition, "offset": r.start, "timestamp": now_ms * 1000,
+                        "key": None, "value": lost_range_value(r, now_ms), "reason": DATA_LOSS_REASON}
+                       for r in lost]
+            dead_schema = targets.dead_table.schema
+            rows = pa.Table.from_pylist([{f.name: m.get(f.name) for f in dead_schema} for m in markers],
+                                        schema=_with_int_timestamps(dead_schema)).cast(dead_schema)
+            targets.dead_table.commit(rows, lost, targets.dead_epochs)
+            targets.table.commit(targets.table.schema.empty_table(), lost, targets.epochs)
+
+    def _note_stopped(self, verdicts: list[PartitionVerdict], checks: PartitionChecks) -> None:
+        """Record the stopped partitions: one progress line when a partition stops (or its
+        condition changes), a Kafka commit of the table's offset with ``scg:stopped:<condition>``
+        metadata for ``scg describe``; partitions no longer stopped are announced as resumed."""
+        now = time.monotonic()
+        stopped = {v.tp: v for v in verdicts}
+        for tp in [tp for tp in self._stopped if tp not in stopped]:
+            self.progress.note(f"{tp.topic}-{tp.partition} resumes "
+                               f"(was stopped: {self._stopped.pop(tp).verdict.condition})")
+        for tp, verdict in stopped.items():
+            previous = self._stopped.get(tp)
+            checks = previous.checks + 1 if previous else 1
+            self._stopped[tp] = StoppedPartition(verdict, previous.since if previous else now,
+                                                 now + STOPPED_RECHECK.delay(checks), checks)
+            if previous is None or previous.verdict.condition != verdict.condition:
+                self.progress.note(f"{tp.topic}-{tp.partition} stopped: [{verdict.condition}] {verdict.detail}; "
+                                   "the other partitions go on; checked again with backoff")
+                self._publish_stopped(tp, verdict, checks.recorded_offsets.get(tp))
+
+    def _publish_stopped(self, tp: TopicPartition, verdict: PartitionVerdict, offset: int | None) -> None:
+        """Commit the table's offset of ``tp`` (never more than the table holds) with metadata
+        naming why it is stopped; best effort."""
+        if offset is None:
+            return
+        self._commit_kafka({tp: offset}, f"{STOPPED_METADATA}{verdict.condition}: {verdict.detail}"[:1000])
+
+    def _recheck_stopped(self) -> None:
+        """Main thread, lock held: check the stopped partitions that are due; when one may run
+        again, restart the query over the owned partitions (the start re-checks them all)."""
+        now = time.monotonic()
+        due = [tp for tp, s in self._stopped.items() if s.next_check <= now and tp in self._owned]
+        if not due or self._pending_start:
+            return
+        try:
+            checks = self._check_partitions(tuple(due))
+        except Exception as exc:  # noqa: BLE001 - still stopped; checked again later
+            log.debug("checking stopped partitions failed: %s", exc)
+            checks = PartitionChecks([s.verdict for tp, s in self._stopped.items() if tp in due])
+        if any(v.runs for v in checks.verdicts):
+            self._stop_query()
+            self._pending_start, self._retry_at = True, 0.0
+        else:
+            others = [s.verdict for tp, s in self._stopped.items() if tp not in due]
+            self._note_stopped(checks.verdicts + others, checks)
+
+    def _check_sources(self, ranges) -> None:
+        """Query thread, before a batch is committed: its source is still the one the query
+        started on (no partition's log went back below the query's offsets, no topic was
+        recreated); else SourceChanged fails the batch and the restart's checks decide."""
+        backwards = [r for r in ranges if r.end < r.start]
+        if backwards:
+            r = backwards[0]
+            raise SourceChanged(LOG_TRUNCATED, f"{r.topic}-{r.partition} went back from {r.start} to {r.end}")
+        topics = {r.topic for r in ranges if r.end > r.start}
+        current = self.probe.topic_ids(topics) if topics else {}
+        changed = sorted(t for t in topics if current.get(t) != self._query_topic_ids.get(t))
+        if changed:
+            raise SourceChanged(TOPIC_RECREATED, f"topic(s) {', '.join(changed)} no longer have the ID the "
+                                                 "query started with (deleted, or deleted and created again)")
 
     def _stop_query(self) -> None:
         if self._query is not None:
@@ -294,7 +432,7 @@ class PipelineRunner:
         """Report the batch with the lag of its partitions (log end - next offset to read)."""
         self._batch_done = True  # a committed batch ends a failure streak (read by the main thread)
         try:
-            latest = self.watermarks.latest(r.tp for r in report.ranges)
+            latest = self.probe.latest(r.tp for r in report.ranges)
         except Exception:  # noqa: BLE001 - lag is informative only; the batch is committed
             latest = {}
         self.progress.batch(report, {r.tp: max(latest[r.tp] - r.end, 0)
@@ -308,6 +446,12 @@ class PipelineRunner:
             self.progress.note(f"Kafka offset commit refused ({type(exc).__name__}: {exc}); "
                                "the Delta table is authoritative, the next owner resumes from it")
             return False
+
+
+def _with_int_timestamps(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with timestamp fields as int64 (microseconds), to build rows then cast."""
+    return pa.schema([pa.field(f.name, pa.int64(), f.nullable) if pa.types.is_timestamp(f.type) else f
+                      for f in schema])
 
 
 def fatal_error(exc: BaseException, verdict: Verdict, what: str) -> ScgError:

@@ -42,30 +42,39 @@ def needs_policy(partitions: Iterable[TopicPartition],
             if delta.get(tp) is None and (committed.get(tp) is None or committed[tp] < 0)]
 
 
+def choose_start_offset(tp: TopicPartition, delta: Mapping[TopicPartition, int | None],
+                        committed: Mapping[TopicPartition, int | None], policy: str,
+                        earliest: int | None, latest: int | None) -> StartDecision | None:
+    """Pure: ``tp``'s start offset by the precedence above; None when nothing decides it (the
+    policy is ``error``, or the brokers' offset the policy needs is unknown). A recorded offset
+    outside the log is kept as is: :mod:`pipelines.runtime.partition_checks` judges it."""
+    if delta.get(tp) is not None:
+        return StartDecision(int(delta[tp]), "delta")
+    if committed.get(tp) is not None and committed[tp] >= 0:
+        return StartDecision(int(committed[tp]), "kafka")
+    if policy == "earliest" and earliest is not None:
+        return StartDecision(earliest, "earliest")
+    if policy == "latest" and latest is not None:
+        return StartDecision(latest, "latest")
+    return None
+
+
 def choose_start_offsets(partitions: Iterable[TopicPartition],
                          delta: Mapping[TopicPartition, int | None],
                          committed: Mapping[TopicPartition, int | None],
                          policy: str,
                          earliest: Mapping[TopicPartition, int],
                          latest: Mapping[TopicPartition, int]) -> dict[TopicPartition, StartDecision]:
-    """Pure: pick each partition's start offset by the precedence above.
-
-    A recorded offset below the partition's earliest available offset (retention deleted the
-    records) is kept as is: the sink then reports the gap, governed by fail_on_data_loss.
-    """
+    """Pure: :func:`choose_start_offset` for every partition; raises NoStartingOffsetError naming
+    the partitions nothing decides."""
     chosen: dict[TopicPartition, StartDecision] = {}
     missing: list[TopicPartition] = []
     for tp in sorted(set(partitions)):
-        if delta.get(tp) is not None:
-            chosen[tp] = StartDecision(int(delta[tp]), "delta")
-        elif committed.get(tp) is not None and committed[tp] >= 0:
-            chosen[tp] = StartDecision(int(committed[tp]), "kafka")
-        elif policy == "earliest":
-            chosen[tp] = StartDecision(earliest[tp], "earliest")
-        elif policy == "latest":
-            chosen[tp] = StartDecision(latest[tp], "latest")
-        else:
+        decision = choose_start_offset(tp, delta, committed, policy, earliest.get(tp), latest.get(tp))
+        if decision is None:
             missing.append(tp)
+        else:
+            chosen[tp] = decision
     if missing:
         raise NoStartingOffsetError(missing)
     return chosen

@@ -102,9 +102,21 @@ def test_a_permanent_cause_anywhere_in_the_chain_wins_over_a_transient_wrapper()
     STREAM_FAILED.format(cause="java.lang.IllegalStateException: Cannot fetch offset 5 (GroupId: x, TopicPartition: "
                                "t-0). Some data may have been lost because they are not available in Kafka any more"),
 ])
-def test_spark_data_loss_is_permanent(text):
+def test_spark_data_loss_restarts_for_the_partition_checks(text):
+    """Spark stops the query at a gap; the restart's partition checks apply on_data_loss to the
+    partition alone, so the query failure itself is transient."""
     fault = classify_text(text)
-    assert (fault.kind, fault.condition) == (PERMANENT, "KAFKA_DATA_LOSS")
+    assert (fault.kind, fault.condition) == (TRANSIENT, "KAFKA_DATA_LOSS")
+
+
+def test_source_changed_is_transient_as_raised_and_in_a_batch_traceback():
+    from pipelines.runtime.partition_checks import SourceChanged
+
+    error = SourceChanged("TOPIC_RECREATED", "topic t no longer has the ID the query started with")
+    assert (classify_failure(error).kind, classify_failure(error).condition) == (TRANSIENT, "TOPIC_RECREATED")
+    fault = classify_text(STREAM_FAILED.format(cause="pipelines.runtime.partition_checks.SourceChanged: "
+                                                     "[TOPIC_RECREATED] topic t ..."))
+    assert (fault.kind, fault.condition) == (TRANSIENT, "SOURCE_CHANGED")
 
 
 @pytest.mark.parametrize("cause, kind, condition", [
