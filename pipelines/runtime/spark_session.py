@@ -25,6 +25,16 @@ KAFKA_SOURCE_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 # inline TLS private key (its key and value match none of those) and the JAAS config.
 OPTION_REDACTION = r"(?i)url|keystore[.]key|ssl[.]key[.]password|jaas|secret|password|token"
 OPTION_REDACTION_SETTING = "spark.sql.redaction.options.regex"
+# Spark (4.x, StreamExecution.PROXY_ERROR) decides whether a stopped query's foreachBatch failure
+# is the stop's own interruption by matching the Py4JException's message, a Python traceback that
+# holds the whole Java stack trace (tens of KB), against a pattern whose group
+# ``(.|\r\n|\r|\n)*`` java.util.regex matches by recursing once per character: a query stopped
+# during a batch (every rebalance) ended its stream thread with a StackOverflowError and ~1000
+# printed regex frames. ``[^\u0085\u2028\u2029]*`` matches exactly the same strings (``.`` is any
+# character but a line terminator; the alternatives add back ``\r`` and ``\n``) in a loop.
+SPARK_INTERRUPT_PATTERN_HOLDER = "org.apache.spark.sql.execution.streaming.runtime.StreamExecution"
+RECURSIVE_ANY_TEXT = r"((.|\r\n|\r|\n)*)"
+LINEAR_ANY_TEXT = r"([^\u0085\u2028\u2029]*)"
 
 
 class SparkSessionNotReady(ScgError):
@@ -106,6 +116,7 @@ def prepare_session(spark, hadoop_settings: Mapping[str, str] | None = None) -> 
                 notes.append(f"{key} was {current}, set to {value}")
     spark.conf.set(OPTION_REDACTION_SETTING,
                    option_redaction_regex(spark.conf.get(OPTION_REDACTION_SETTING, None)))
+    linear_interrupt_check(spark.sparkContext._jvm)
     if not _has_class(spark, KAFKA_SOURCE_CLASS):
         raise SparkSessionNotReady(
             f"Spark's Kafka source ({KAFKA_SOURCE_CLASS}) is not on the classpath; add "
@@ -124,6 +135,29 @@ def option_redaction_regex(current: str | None) -> str:
     if not current or current == OPTION_REDACTION or current.endswith(f"|(?:{OPTION_REDACTION})"):
         return current or OPTION_REDACTION
     return f"(?:{current})|(?:{OPTION_REDACTION})"
+
+
+def linear_interrupt_check(jvm) -> bool:
+    """Make Spark's check "was this foreachBatch failure the query's own stop?" linear in the
+    message's length (see :data:`RECURSIVE_ANY_TEXT`): replace, in the JVM behind ``jvm`` (a py4j
+    view), the compiled pattern of ``StreamExecution.PROXY_ERROR`` by the same pattern with
+    :data:`LINEAR_ANY_TEXT`, which matches the same messages. Without it a query stopped during a
+    batch dies of a StackOverflowError instead of ending as stopped. A Spark whose pattern lacks
+    the recursive group (changed, or fixed upstream) is left alone; so is a JVM without the class
+    (no Spark SQL). Idempotent; returns whether the pattern is now linear."""
+    try:
+        regex = getattr(jvm, SPARK_INTERRUPT_PATTERN_HOLDER).PROXY_ERROR()
+        current = regex.pattern().pattern()
+        if LINEAR_ANY_TEXT in current:
+            return True
+        if current.count(RECURSIVE_ANY_TEXT) != 1:
+            return False
+        field = regex.getClass().getDeclaredField("pattern")  # scala.util.matching.Regex.pattern
+        field.setAccessible(True)
+        field.set(regex, jvm.java.util.regex.Pattern.compile(current.replace(RECURSIVE_ANY_TEXT, LINEAR_ANY_TEXT)))
+        return True
+    except Exception:  # noqa: BLE001 - another Spark layout: its own pattern stays, nothing breaks
+        return False
 
 
 def _has_class(spark, name: str) -> bool:
