@@ -27,7 +27,7 @@ OPTION_REDACTION = r"(?i)url|keystore[.]key|ssl[.]key[.]password|jaas|secret|pas
 OPTION_REDACTION_SETTING = "spark.sql.redaction.options.regex"
 # Spark (4.x, StreamExecution.PROXY_ERROR) decides whether a stopped query's foreachBatch failure
 # is the stop's own interruption by matching the Py4JException's message, a Python traceback that
-# holds the whole Java stack trace (tens of KB), against a pattern whose group
+# holds the whole Java stack trace (thousands of characters), against a pattern whose group
 # ``(.|\r\n|\r|\n)*`` java.util.regex matches by recursing once per character: a query stopped
 # during a batch (every rebalance) ended its stream thread with a StackOverflowError and ~1000
 # printed regex frames. ``[^\u0085\u2028\u2029]*`` matches exactly the same strings (``.`` is any

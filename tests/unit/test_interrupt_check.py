@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.runtime.spark_session import (LINEAR_ANY_TEXT, RECURSIVE_ANY_TEXT, SPARK_INTERRUPT_PATTERN_HOLDER,
-                                             linear_interrupt_check)
+from pipelines.runtime.spark_session import (LINEAR_ANY_TEXT, OPTION_REDACTION, RECURSIVE_ANY_TEXT,
+                                             SPARK_INTERRUPT_PATTERN_HOLDER, linear_interrupt_check,
+                                             option_redaction_regex)
 
 pytestmark = pytest.mark.integration  # a JVM with Spark's jars, started here
 
@@ -88,3 +89,12 @@ def test_the_linear_pattern_matches_what_sparks_pattern_matches(jvm, tail):
     linear = jvm.java.util.regex.Pattern.compile(current)
     text = "Return Message: py4j.protocol.Py4JJavaError: An error occurred while calling o1.x" + tail
     assert linear.matcher(text).find() == original.matcher(text).find()
+
+
+def test_our_option_redaction_pattern_is_linear_on_long_text(jvm):
+    """Not the cause: the redaction pattern the project adds is an alternation of literals (no
+    repeated group), so java.util.regex does not recurse per character on a long plan or error."""
+    long_text = "x" * 200_000 + "jaas"
+    for regex in (OPTION_REDACTION, option_redaction_regex("(?i)url")):
+        assert jvm.java.util.regex.Pattern.compile(regex).matcher(long_text).find()
+        assert not jvm.java.util.regex.Pattern.compile(regex).matcher("x" * 200_000).find()
