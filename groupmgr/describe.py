@@ -53,6 +53,7 @@ class PartitionOffsets:
     log_end: int | None
     lag: int | None
     owner: str | None
+    metadata: str = ""   # the metadata string of the committed offset
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,8 @@ def _describe(admin: AdminClient, group_id: str, timeout_s: float) -> GroupDescr
     owners = {tp: m.member_id for m in members for tp in m.partitions}
     keys = sorted(set(committed) | set(owners))
     log_end = _log_end_offsets(admin, keys, timeout_s)
-    partitions = tuple(_partition(tp, committed.get(tp), log_end.get(tp), owners.get(tp)) for tp in keys)
+    partitions = tuple(_partition(tp, committed.get(tp, (None, ""))[0], log_end.get(tp), owners.get(tp),
+                                  committed.get(tp, (None, ""))[1]) for tp in keys)
     coordinator = f"{desc.coordinator.id} ({desc.coordinator.host}:{desc.coordinator.port})" if desc.coordinator else ""
     return GroupDescription(group_id, _name(desc.state), _name(getattr(desc, "type", "")),
                             _protocol_type(desc), desc.partition_assignor or "",
@@ -101,10 +103,12 @@ def _member(m) -> MemberInfo:
     return MemberInfo(m.member_id, m.group_instance_id, m.client_id, m.host, partitions)
 
 
-def _committed(admin: AdminClient, group_id: str, timeout_s: float) -> dict[tuple[str, int], int]:
+def _committed(admin: AdminClient, group_id: str, timeout_s: float) -> dict[tuple[str, int], tuple[int, str]]:
+    """Committed (offset, metadata) per partition."""
     request = [ConsumerGroupTopicPartitions(group_id)]
     result = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)[group_id].result(timeout_s)
-    return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions or [] if tp.offset >= 0}
+    return {(tp.topic, tp.partition): (tp.offset, tp.metadata or "")
+            for tp in result.topic_partitions or [] if tp.offset >= 0}
 
 
 def _log_end_offsets(admin: AdminClient, keys: list[tuple[str, int]], timeout_s: float) -> dict[tuple[str, int], int]:
@@ -121,9 +125,10 @@ def _log_end_offsets(admin: AdminClient, keys: list[tuple[str, int]], timeout_s:
     return out
 
 
-def _partition(tp: tuple[str, int], committed: int | None, log_end: int | None, owner: str | None) -> PartitionOffsets:
+def _partition(tp: tuple[str, int], committed: int | None, log_end: int | None, owner: str | None,
+               metadata: str = "") -> PartitionOffsets:
     lag = log_end - committed if committed is not None and log_end is not None else None
-    return PartitionOffsets(tp[0], tp[1], committed, log_end, lag, owner)
+    return PartitionOffsets(tp[0], tp[1], committed, log_end, lag, owner, metadata)
 
 
 def _protocol_type(desc) -> str:

@@ -2,7 +2,10 @@
 for a pipeline file, next to them each partition's Delta version (the table's next offset).
 
 Lag for a pipeline is log-end minus the Delta version: the table, not the Kafka commit, is the
-source of truth (the Kafka commit follows each Delta commit and can only trail it)."""
+source of truth (the Kafka commit follows each Delta commit and can only trail it). A partition
+its owner has stopped (a condition such as ``KAFKA_DATA_LOSS`` or ``LEADER_NOT_AVAILABLE``, see
+:mod:`pipelines.runtime.partition_checks`) shows ``stopped: <CONDITION> ...`` in STATUS, read from
+the metadata of its Kafka commit."""
 from __future__ import annotations
 
 import json
@@ -25,6 +28,10 @@ class PipelinePartition:
     log_end: int | None
     lag: int | None
     owner: str | None
+    status: str = ""   # "" while it flows; "stopped: <CONDITION>: <detail>" when its owner stopped it
+
+
+STOPPED_METADATA = "scg:stopped:"  # the prefix the runner commits for a stopped partition
 
 
 def describe_command(args) -> int:
@@ -90,15 +97,18 @@ def _topic_partitions(config, topics) -> list[TopicPartition]:
 
 def _row(tp, delta_version, group_row, log_end) -> PipelinePartition:
     lag = None if log_end is None else log_end - (delta_version or 0)
+    metadata = getattr(group_row, "metadata", "") or ""
+    status = "stopped: " + metadata.removeprefix(STOPPED_METADATA) if metadata.startswith(STOPPED_METADATA) else ""
     return PipelinePartition(tp.topic, tp.partition, delta_version,
                              getattr(group_row, "committed", None), log_end, lag,
-                             getattr(group_row, "owner", None))
+                             getattr(group_row, "owner", None), status)
 
 
 def _table(rows) -> str:
-    header = ("TOPIC", "PARTITION", "DELTA-VERSION", "KAFKA-COMMITTED", "LOG-END", "LAG", "OWNER")
+    header = ("TOPIC", "PARTITION", "DELTA-VERSION", "KAFKA-COMMITTED", "LOG-END", "LAG", "OWNER", "STATUS")
     cells = [header] + [tuple("-" if v is None else str(v) for v in
-                              (r.topic, r.partition, r.delta_version, r.committed, r.log_end, r.lag, r.owner))
+                              (r.topic, r.partition, r.delta_version, r.committed, r.log_end, r.lag, r.owner,
+                               r.status[:120]))
                         for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)

@@ -62,7 +62,7 @@ RESTART_BACKOFF_MAX_S = 30.0
 MAX_UNKNOWN_RESTARTS = 5    # consecutive restarts after failures no rule recognises
 STABLE_AFTER_S = 60.0       # a query running this long (or a committed batch) ends a failure streak
 STOPPED_RECHECK = Backoff(5.0, 60.0)  # how often a stopped partition is checked again
-STOPPED_METADATA = "scg:stopped:"     # Kafka commit metadata of a stopped partition (scg describe)
+STOPPED_METADATA = "scg:stopped:"     # Kafka commit metadata of a stopped partition (scg describe reads it)
 
 
 class QueryFailedRepeatedly(ScgError):
@@ -363,9 +363,9 @@ class PipelineRunner:
                                f"(was stopped: {self._stopped.pop(tp).verdict.condition})")
         for tp, verdict in stopped.items():
             previous = self._stopped.get(tp)
-            checks = previous.checks + 1 if previous else 1
+            attempt = previous.checks + 1 if previous else 1
             self._stopped[tp] = StoppedPartition(verdict, previous.since if previous else now,
-                                                 now + STOPPED_RECHECK.delay(checks), checks)
+                                                 now + STOPPED_RECHECK.delay(attempt), attempt)
             if previous is None or previous.verdict.condition != verdict.condition:
                 self.progress.note(f"{tp.topic}-{tp.partition} stopped: [{verdict.condition}] {verdict.detail}; "
                                    "the other partitions go on; checked again with backoff")

@@ -36,7 +36,7 @@ def test_json_is_serialisable_and_complete():
     data = json.loads(json.dumps(to_json(DESC)))
     assert data["members"][0]["partitions"] == [{"topic": "t", "partition": 0}, {"topic": "t", "partition": 1}]
     assert data["partitions"][1] == {"topic": "t", "partition": 1, "committed": None, "log_end": 3, "lag": None,
-                                     "owner": "m-1"}
+                                     "owner": "m-1", "metadata": ""}
     assert data["protocol_type"] == "consumer" and data["state"] == "STABLE"
     assert data["conditions"] == []
 
