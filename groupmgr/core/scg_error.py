@@ -24,6 +24,7 @@ class ScgError(Exception):
 
     condition: str = "SCG_ERROR"
     exit_category: ExitCategory = ExitCategory.RUNTIME
+    details: str | None = None  # where the whole story is (a file), when one line cannot hold it
 
     def headline(self) -> str:
         """One line naming the condition: ``[CONDITION] message`` (the tag is not repeated when

@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except ScgError as exc:
-        print(f"scg: error: {exc.headline()}", file=sys.stderr)
+        where = f" (details: {exc.details})" if exc.details else ""
+        print(f"scg: error: {exc.headline()}{where}", file=sys.stderr)
         return int(exc.exit_category)
 
 

@@ -119,30 +119,41 @@ def classify_storage(reason: str, condition: str = "STORAGE_UNAVAILABLE") -> Fau
 
 
 def classify_text(text: str) -> Fault:
-    """Judge a failure by its text (a Spark query's exception chain and Python traceback)."""
+    """Judge a failure by its text (a Spark query's exception chain and Python traceback). The
+    fault's detail is the line holding the marker that decided (not the chain's first line, which
+    for a failed batch is Spark's generic ``An exception was raised by the Python Proxy``)."""
     detail = _one_line(text)
-    java = _JAVA_KAFKA.findall(text)
-    for name in java:
-        if name in KAFKA_PERMANENT_JAVA:
-            return Fault(PERMANENT, _snake(name.removesuffix("Exception")), detail)
+    java = list(_JAVA_KAFKA.finditer(text))
+    for match in java:
+        if match.group(1) in KAFKA_PERMANENT_JAVA:
+            return Fault(PERMANENT, _snake(match.group(1).removesuffix("Exception")), _line_at(text, match))
     for name, condition in _PROJECT_PERMANENT.items():
         if _raised(name, text):
-            return Fault(PERMANENT, condition, detail)
-    if _SPARK_DATA_LOSS.search(text):
-        return Fault(TRANSIENT, "KAFKA_DATA_LOSS", detail)
+            return Fault(PERMANENT, condition, _line_at(text, re.search(rf"\b{name}: ", text)))
+    data_loss = _SPARK_DATA_LOSS.search(text)
+    if data_loss:
+        return Fault(TRANSIENT, "KAFKA_DATA_LOSS", _line_at(text, data_loss))
     if _raised("StorageUnavailable", text) or STORAGE_PERMANENT.search(text) and _PYTHON_IO.search(text):
         return classify_storage(text)
     for code_name, value in _CONFLUENT.findall(text):
         return classify_kafka_code(int(value), code_name, detail)
-    for name in java:
-        if name in KAFKA_RETRIABLE_JAVA:
-            return Fault(TRANSIENT, _snake(name.removesuffix("Exception")), detail)
+    for match in java:
+        if match.group(1) in KAFKA_RETRIABLE_JAVA:
+            return Fault(TRANSIENT, _snake(match.group(1).removesuffix("Exception")), _line_at(text, match))
     for name, condition in _PROJECT_TRANSIENT.items():
         if _raised(name, text):
-            return Fault(TRANSIENT, condition, detail)
-    if _JAVA_TRANSIENT.search(text) or _PYTHON_IO.search(text):
-        return Fault(TRANSIENT, "IO_ERROR", detail)
+            return Fault(TRANSIENT, condition, _line_at(text, re.search(rf"\b{name}: ", text)))
+    transient = _JAVA_TRANSIENT.search(text) or _PYTHON_IO.search(text)
+    if transient:
+        return Fault(TRANSIENT, "IO_ERROR", _line_at(text, transient))
     return Fault(UNKNOWN, "UNCLASSIFIED_FAILURE", detail)
+
+
+def _line_at(text: str, match) -> str:
+    """The line of ``text`` holding ``match`` (stripped, at most 300 characters)."""
+    start = text.rfind("\n", 0, match.start()) + 1
+    end = text.find("\n", match.end())
+    return text[start:end if end >= 0 else len(text)].strip()[:300]
 
 
 def _raised(name: str, text: str) -> bool:

@@ -454,15 +454,36 @@ def _with_int_timestamps(schema: pa.Schema) -> pa.Schema:
                       for f in schema])
 
 
-def fatal_error(exc: BaseException, verdict: Verdict, what: str) -> ScgError:
+def fatal_error(exc: BaseException, verdict: Verdict, what: str, details_dir: str | None = None) -> ScgError:
     """The error that ends the member after ``verdict`` gave up on ``exc``: the project's own
-    error as it is, else a named :class:`PermanentFault` or :class:`QueryFailedRepeatedly`."""
+    error as it is, else a named :class:`PermanentFault` or :class:`QueryFailedRepeatedly`. Its
+    ``details`` names a file (in ``details_dir``, default the temp directory) holding ``exc``'s
+    whole cause chain (the JVM's and the failed batch's tracebacks), for the one line a person sees."""
     if verdict.fault.kind is FaultKind.UNKNOWN:
-        return QueryFailedRepeatedly(f"{what} {verdict.unknown_count} times in a row for reasons no rule "
-                                     f"recognises; last error: {verdict.fault.detail}")
-    if isinstance(exc, ScgError):
-        return exc
-    return PermanentFault(verdict.fault, what)
+        error: ScgError = QueryFailedRepeatedly(f"{what} {verdict.unknown_count} times in a row for reasons no "
+                                                f"rule recognises; last error: {verdict.fault.detail}")
+    elif isinstance(exc, ScgError):
+        error = exc
+    else:
+        error = PermanentFault(verdict.fault, what)
+    error.details = error.details or write_failure_details(exc, details_dir)
+    return error
+
+
+def write_failure_details(exc: BaseException, directory: str | None = None) -> str | None:
+    """Write ``exc`` with its cause chain to a new file; its path, or None when it cannot be written."""
+    import os
+    import tempfile
+
+    try:
+        directory = directory or os.path.join(tempfile.gettempdir(), "scg-failures")
+        os.makedirs(directory, exist_ok=True)
+        fd, path = tempfile.mkstemp(prefix=time.strftime("failure-%Y%m%d-%H%M%S-"), suffix=".txt", dir=directory)
+        with os.fdopen(fd, "w") as out:
+            out.write(queries.failure_text(exc))
+        return path
+    except OSError:
+        return None
 
 
 def group_member_factory(config: PipelineSpec, listener: PipelineRunner, **overrides) -> GroupMember:

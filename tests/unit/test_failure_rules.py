@@ -232,7 +232,8 @@ def test_failure_text_spells_out_the_jvm_cause_chain_that_str_hides():
     text = failure_text(top)
     assert text.startswith("Captured: [STREAM_FAILED]") and "common.errors.TimeoutException" in text
     fault = classify_failure(top, text)
-    assert (fault.kind, fault.condition) == (TRANSIENT, "TIMEOUT") and fault.detail.startswith("Captured: [STREAM")
+    assert (fault.kind, fault.condition) == (TRANSIENT, "TIMEOUT")
+    assert "TimeoutException: Timeout of 60000ms expired" in fault.detail  # the deciding line, not the top one
     assert classify_failure(top).kind is UNKNOWN  # the top message alone names no cause
 
 
@@ -261,3 +262,21 @@ def test_source_lines_and_line_numbers_in_tracebacks_are_not_causes():
                                       "OSError: Generic LocalFileSystem error: connection reset")
     fault = classify_text(text)
     assert (fault.kind, fault.condition) == (TRANSIENT, "IO_ERROR")
+
+
+def test_a_runtime_failure_names_a_file_with_its_whole_cause_chain(tmp_path):
+    from pipelines.runtime.failure_rules import Verdict
+    from pipelines.runtime.runner import PermanentFault, fatal_error
+    from pipelines.runtime.streaming_query import failure_text
+
+    try:
+        try:
+            raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+        except KafkaException as inner:
+            raise RuntimeError("query start failed") from inner
+    except RuntimeError as outer:
+        verdict = Verdict(classify_failure(outer, failure_text(outer)), 1, None)
+        error = fatal_error(outer, verdict, "query start failed", str(tmp_path))
+    assert isinstance(error, PermanentFault) and error.details.startswith(str(tmp_path))
+    text = open(error.details).read()
+    assert "RuntimeError: query start failed" in text and "TOPIC_AUTHORIZATION_FAILED" in text
