@@ -173,3 +173,40 @@ def test_a_group_the_broker_runs_is_named_once_and_fails_only_when_asked(policy)
     assert len(named) == 1 and "sticky" in named[0]
     assert sum("is a classic group again" in line for line in harness.lines) == 1
     assert isinstance(runner._fatal, GroupRunByBroker) if policy == "fail" else runner._fatal is None
+
+
+class CommitRecorder:
+    """The member's offset commits (stopped partitions publish their condition there)."""
+
+    def __init__(self):
+        self.commits = []
+
+    def commit_offsets(self, offsets, metadata=""):
+        self.commits.append((dict(offsets), metadata))
+
+
+def test_a_stopped_partition_is_rechecked_and_resumes_by_itself_while_the_others_run():
+    from pipelines.runtime.partition_checks import PartitionVerdict
+    from pipelines.runtime.runner import PartitionChecks
+
+    h = Harness()
+    runner, member = h.runner, CommitRecorder()
+    runner.member = member
+    runner.on_assigned(1, TPS)
+    assert runner._check_query() == "active"
+    stopped = PartitionVerdict(TPS[1], None, "LEADER_NOT_AVAILABLE", "no leader for t-1")
+    runner._note_stopped([stopped], PartitionChecks([stopped], recorded_offsets={TPS[1]: 10}))
+    assert member.commits == [({TPS[1]: 10}, "scg:stopped:LEADER_NOT_AVAILABLE: no leader for t-1")]
+    assert sum("t-1 stopped: [LEADER_NOT_AVAILABLE]" in line for line in h.lines) == 1
+    answers = [PartitionChecks([stopped]), PartitionChecks([PartitionVerdict(TPS[1], 10)])]
+    runner._check_partitions = lambda partitions: answers.pop(0)
+
+    def due():
+        runner._stopped = {tp: s.__class__(s.verdict, s.since, 0.0, s.checks) for tp, s in runner._stopped.items()}
+        return runner._check_query()
+
+    assert due() == "active" and runner._stopped[TPS[1]].checks == 2  # still stopped: the query runs on
+    assert sum("stopped: [LEADER_NOT_AVAILABLE]" in line for line in h.lines) == 1  # said once
+    assert due() == "restarted"  # t-1 can run again: the query restarts over every owned partition
+    runner._note_stopped([], PartitionChecks([]))
+    assert not runner._stopped and any("t-1 resumes (was stopped: LEADER_NOT_AVAILABLE)" in line for line in h.lines)
