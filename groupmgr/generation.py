@@ -45,6 +45,8 @@ class MemberState(enum.Enum):
     UNJOINED -> PREPARING_REBALANCE (revoking, JoinGroup in flight) -> COMPLETING_REBALANCE
     (SyncGroup in flight) -> STABLE (heartbeating) -> PREPARING_REBALANCE ... ;
     FENCED after the generation was lost (partitions lost, about to rejoin);
+    POLL_TIMEOUT after the member left the group because ``poll()`` was not called for
+    ``max_poll_interval_ms`` (partitions lost, no heartbeats; it rejoins at the next ``poll()``);
     CLOSED after ``close()``; FAILED after a fatal error (``raise_if_failed`` re-raises it).
     """
 
@@ -53,5 +55,6 @@ class MemberState(enum.Enum):
     COMPLETING_REBALANCE = "completing_rebalance"
     STABLE = "stable"
     FENCED = "fenced"
+    POLL_TIMEOUT = "poll_timeout"
     CLOSED = "closed"
     FAILED = "failed"

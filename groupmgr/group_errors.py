@@ -227,6 +227,14 @@ class StaleGenerationError(GroupError):
         super().__init__(context)
 
 
+class PollTimeoutExpired(GroupError):
+    """The application did not call ``GroupMember.poll()`` for ``max_poll_interval_ms``: the member
+    left the group (fenced: its partitions are lost) and rejoins at the next ``poll()``. Not a
+    failure of the member (``raise_if_failed`` does not raise it); given to ``on_fenced``."""
+
+    condition, fenced = "POLL_TIMEOUT_EXPIRED", True
+
+
 class MemberClosedError(GroupError):
     """The member was closed (or failed); it cannot commit, fetch or rejoin any more."""
 

@@ -4,11 +4,14 @@
 callable returning monotonic seconds), so tests drive it with a fake clock. Every method takes an
 optional ``now``; when omitted the injected clock is read once.
 
-Two timers:
+Three timers:
 
 * heartbeat timer - when the next heartbeat is due (interval after a send, exponential backoff
   capped at the interval after failures);
-* session timer   - expires when no heartbeat succeeded for ``session_timeout_ms``.
+* session timer   - expires when no heartbeat succeeded for ``session_timeout_ms``;
+* poll timer      - expires when the application has not called ``poll()`` for
+  ``max_poll_interval_ms`` (Kafka's ``max.poll.interval.ms``; None: no poll timer, it never
+  expires). Only ``poll()`` restarts it; ``reset()`` does not.
 
 Not thread-safe: the owner (the member) guards it with its own lock or uses it from one thread.
 """
@@ -24,21 +27,27 @@ class HeartbeatTimer:
     """Deadlines for heartbeats and session expiry, in seconds of the injected clock."""
 
     def __init__(self, session_timeout_ms: int, heartbeat_interval_ms: int,
-                 retry_backoff_ms: int = 100, clock: Clock = time.monotonic) -> None:
+                 retry_backoff_ms: int = 100, clock: Clock = time.monotonic,
+                 max_poll_interval_ms: int | None = None) -> None:
         if heartbeat_interval_ms <= 0 or session_timeout_ms <= 0:
             raise ValueError("heartbeat interval and session timeout must be positive")
+        if max_poll_interval_ms is not None and max_poll_interval_ms <= 0:
+            raise ValueError(f"max_poll_interval_ms must be positive, got {max_poll_interval_ms}")
         if heartbeat_interval_ms >= session_timeout_ms:
             raise ValueError(f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be lower than "
                              f"session_timeout_ms ({session_timeout_ms})")
         self.session_timeout_s = session_timeout_ms / 1000
         self.interval_s = heartbeat_interval_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
+        self.max_poll_interval_s = None if max_poll_interval_ms is None else max_poll_interval_ms / 1000
         self._clock = clock
         self.in_flight = False
         self.failures = 0
         self.last_sent: float | None = None
         self.last_received: float | None = None
+        self.last_poll: float | None = None
         self.reset()
+        self.poll()
 
     def _now(self, now: float | None) -> float:
         return self._clock() if now is None else now
@@ -67,8 +76,15 @@ class HeartbeatTimer:
         self.failures += 1
         self._heartbeat_due = now + min(self.interval_s, self.retry_backoff_s * 2 ** (self.failures - 1))
 
+    def poll(self, now: float | None = None) -> None:
+        """The application is alive (Java's ``Heartbeat.poll``): restart the poll timer."""
+        now = self._now(now)
+        self.last_poll = now
+        self._poll_deadline = float("inf") if self.max_poll_interval_s is None else now + self.max_poll_interval_s
+
     def reset(self, now: float | None = None) -> None:
-        """Restart both timers (after a successful join, or a coordinator change)."""
+        """Restart the heartbeat and session timers (after a successful join, or a coordinator
+        change); the poll timer is left alone (only ``poll()`` restarts it)."""
         now = self._now(now)
         self.in_flight = False
         self._heartbeat_due = now + self.interval_s
@@ -86,3 +102,11 @@ class HeartbeatTimer:
     def session_expired(self, now: float | None = None) -> bool:
         """True when no heartbeat succeeded for a whole session timeout."""
         return self._now(now) >= self._session_deadline
+
+    def poll_timeout_expired(self, now: float | None = None) -> bool:
+        """True when ``poll()`` was not called for ``max_poll_interval_ms`` (never without a poll timer)."""
+        return self._now(now) >= self._poll_deadline
+
+    def time_to_poll_expiry(self, now: float | None = None) -> float:
+        """Seconds until the poll timer expires (0 when expired; infinity without a poll timer)."""
+        return max(0.0, self._poll_deadline - self._now(now))

@@ -10,6 +10,12 @@ FENCED_INSTANCE_ID (another process took this ``group_instance_id``) is fatal, a
 Without a heartbeat answer for a session timeout the coordinator is re-discovered (as in Java);
 the partitions are kept until the broker says the generation is gone.
 
+The application calls ``poll()`` while it makes progress (Kafka's ``max.poll.interval.ms``): when a
+generation goes ``max_poll_interval_ms`` without one, the member leaves the group (LeaveGroup for
+dynamic members; a static member only gives its generation up, as in Java), calls
+``on_fenced(PollTimeoutExpired)`` and ``on_revoked(lost)``, stops heartbeating and waits in
+``MemberState.POLL_TIMEOUT``; the next ``poll()`` makes it rejoin. This is not a failure.
+
 Listener callbacks run one at a time, in order, on a listener thread; the member thread keeps
 heartbeating while it waits for them, for at most the rebalance timeout. A fatal error is recorded
 and re-raised to the caller by ``raise_if_failed()`` (Kafka's heartbeat-thread pattern).
@@ -68,6 +74,18 @@ class GroupMember:
         if leave_group is not None:
             self._status.update(leave_on_close=leave_group)
         self._stop_thread(timeout_s)
+
+    def poll(self) -> None:
+        """The application is alive and making progress: restart the poll timer.
+
+        Call it from the application's main loop more often than ``max_poll_interval_ms`` (e.g.
+        every 0.5 s); do not call it from listener callbacks' own progress. Thread-safe and cheap
+        (a short lock, no I/O, never blocks on the network or the listener). After a poll timeout
+        (state ``POLL_TIMEOUT``) it makes the member thread rejoin (``on_assigned`` follows); the
+        poll timer of the new generation starts when it is installed. Harmless before ``start()``
+        and after ``close()``.
+        """
+        self._loop.poll()
 
     def _abandon(self, timeout_s: float = 10.0) -> None:
         """Test hook: stop heartbeating and drop connections, no callbacks, no LeaveGroup (a crash)."""

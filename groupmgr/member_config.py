@@ -24,6 +24,12 @@ class MemberConfig:
     connection kwargs (security_protocol, sasl_*, ssl_*). ``metadata_max_age_ms``: how often the
     leader re-checks partition counts and a pattern member re-matches the cluster's topics (a change
     -> rejoin), like the Java consumer's ``metadata.max.age.ms``.
+
+    ``max_poll_interval_ms``: Kafka's ``max.poll.interval.ms``. When the application has not called
+    ``GroupMember.poll()`` for that long, the member leaves the group (its partitions go to the
+    others) and rejoins at the next ``poll()``. None (the default) means "the same as
+    ``rebalance_timeout_ms``", as in Java, where the rebalance timeout sent in JoinGroup *is*
+    ``max.poll.interval.ms``; ``effective_max_poll_interval_ms`` is the value in force.
     """
 
     bootstrap_servers: str
@@ -42,6 +48,7 @@ class MemberConfig:
     rack_id: str | None = None
     client_kwargs: Mapping[str, Any] = field(default_factory=dict)
     topic_pattern: str | None = None
+    max_poll_interval_ms: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("topics", "assignors"):
@@ -63,6 +70,14 @@ class MemberConfig:
                 raise ValueError(f"MemberConfig.{name} must be a positive int, got {value!r}")
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ValueError("MemberConfig.heartbeat_interval_ms must be lower than session_timeout_ms")
+        value = self.max_poll_interval_ms
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ValueError(f"MemberConfig.max_poll_interval_ms must be a positive int or None, got {value!r}")
+
+    @property
+    def effective_max_poll_interval_ms(self) -> int:
+        """The max poll interval in force: ``max_poll_interval_ms``, else ``rebalance_timeout_ms``."""
+        return self.rebalance_timeout_ms if self.max_poll_interval_ms is None else self.max_poll_interval_ms
 
     def _check_pattern(self) -> None:
         if self.topic_pattern is None:

@@ -5,6 +5,13 @@
 the status is guarded by ``status.cond``. Outcomes of heartbeats and commits are *recorded*
 (``rejoin_reason``, ``pending_fence``) and acted on by the loop's next step, so listener callbacks
 are only ever invoked from this thread, one at a time, in order.
+
+Poll timeout (Kafka's ``max.poll.interval.ms``, as in Java's ``AbstractCoordinator.HeartbeatThread``):
+the application calls :meth:`MemberLoop.poll` (the only method callers may use from other threads)
+while it makes progress. When a generation's poll timer expires the loop leaves the group
+(LeaveGroup, dynamic members only, as in Java), gives up the generation locally, tells the listener
+``on_fenced(PollTimeoutExpired)`` then ``on_revoked(lost)``, and parks in ``POLL_TIMEOUT``: no
+heartbeats, no rejoin, until the next ``poll()``, which makes it rejoin.
 """
 from __future__ import annotations
 
@@ -17,7 +24,7 @@ from typing import Callable
 from groupmgr.core import TopicPartition
 from groupmgr.coordinator_client import CoordinatorClient
 from groupmgr.group_errors import (FencedInstanceId, GroupError, ListenerError, MemberClosedError,
-                             RebalanceInProgress, SessionExpired, UnknownMemberId)
+                             PollTimeoutExpired, RebalanceInProgress, SessionExpired, UnknownMemberId)
 from groupmgr.generation import NO_GENERATION, Generation, MemberState
 from groupmgr.heartbeat import HeartbeatTimer
 from groupmgr.listener import ListenerDispatcher
@@ -26,6 +33,7 @@ from groupmgr.rebalance import RebalanceRound, RoundResult, send_heartbeat, send
 
 log = logging.getLogger(__name__)
 ENDED = (MemberState.CLOSED, MemberState.FAILED)
+POLL_RESUMED = "poll resumed after poll timeout"
 
 
 @dataclass(eq=False)
@@ -57,7 +65,8 @@ class MemberStatus:
 
 
 class MemberLoop:
-    """Drives one member through the classic group protocol. Used by the member thread only."""
+    """Drives one member through the classic group protocol. Used by the member thread only, except
+    :meth:`poll` (thread-safe)."""
 
     def __init__(self, config: MemberConfig, client: CoordinatorClient, status: MemberStatus,
                  dispatcher: ListenerDispatcher, clock: Callable[[], float]) -> None:
@@ -68,7 +77,7 @@ class MemberLoop:
         self._callbacks = dispatcher
         self._clock = clock
         self._timer = HeartbeatTimer(config.session_timeout_ms, config.heartbeat_interval_ms,
-                                     config.retry_backoff_ms, clock)
+                                     config.retry_backoff_ms, clock, config.effective_max_poll_interval_ms)
         self._next_metadata_check = 0.0
         self._join_failures = 0
 
@@ -89,23 +98,47 @@ class MemberLoop:
         finally:
             self._shutdown()
 
+    # -- the application's liveness (any thread) ------------------------------------------------
+    def poll(self) -> None:
+        """Thread-safe, no I/O: restart the poll timer; after a poll timeout, make the member
+        thread rejoin (``rejoin_reason`` "poll resumed after poll timeout")."""
+        status = self._status
+        with status.cond:
+            self._timer.poll()
+            if status.state is not MemberState.POLL_TIMEOUT or status.rejoin_reason is not None:
+                return
+            status.rejoin_reason = POLL_RESUMED
+            status.cond.notify_all()
+        status.wakeup.set()
+
     # -- one step ------------------------------------------------------------------------------
     def _step(self) -> None:
         status = self._status
         with status.cond:
             fence, status.pending_fence = status.pending_fence, None
             rejoin = status.rejoin_reason is not None
+            parked = status.state is MemberState.POLL_TIMEOUT
         if fence is not None:
             self._lose(fence)
         elif rejoin:
             self._rebalance()
+        elif parked:  # out of the group until poll(); close() and poll() set wakeup
+            status.wakeup.wait(self.config.session_timeout_ms / 1000)
+            status.wakeup.clear()
         else:
-            status.wakeup.wait(self._timer.time_to_next_heartbeat())
+            status.wakeup.wait(min(self._timer.time_to_next_heartbeat(), self._time_to_poll_expiry()))
             status.wakeup.clear()
             if not status.stopping.is_set():
                 self._keep_alive()
 
+    def _time_to_poll_expiry(self) -> float:
+        """Seconds until the poll timer expires; infinity outside a generation (nothing to give up)."""
+        with self._status.cond:
+            return self._timer.time_to_poll_expiry() if self._status.generation.is_valid else float("inf")
+
     def _keep_alive(self) -> None:
+        if self._left_after_poll_timeout():
+            return
         if self._timer.session_expired() and self._client.coordinator_id is not None:
             self._client.mark_coordinator_dead(None, SessionExpired(
                 f"no heartbeat answer for {self.config.session_timeout_ms} ms"))
@@ -198,6 +231,40 @@ class MemberLoop:
                      dict(leader.partition_counts), counts)
             self._status.update(rejoin_reason="partition counts changed")
 
+    # -- poll timeout --------------------------------------------------------------------------
+    def _left_after_poll_timeout(self) -> bool:
+        """If the poll timer of a valid generation expired: give the generation up, leave (dynamic
+        members), tell the listener on_fenced(PollTimeoutExpired) + on_revoked(lost); True then."""
+        status = self._status
+        with status.cond:
+            generation, partitions = status.generation, status.assignment
+            if not generation.is_valid or not self._timer.poll_timeout_expired():
+                return False
+            status.assignment, status.generation, status.owned = (), NO_GENERATION, ((), -1)
+            status.state, status.member_id, status.leader = MemberState.POLL_TIMEOUT, "", None
+            status.pending_fence = status.rejoin_reason = None  # moot: that generation is given up
+            status.cond.notify_all()
+        error = PollTimeoutExpired(f"group {self.config.group_id}: no poll() for "
+                                   f"{self.config.effective_max_poll_interval_ms} ms (max_poll_interval_ms); "
+                                   "left the group, rejoining at the next poll()")
+        log.warning("consumer poll timeout has expired: %s", error)
+        if self.config.group_instance_id is None:  # Java keeps a static member's place
+            self._leave(generation.member_id, "consumer poll timeout has expired")
+        self._call_listener("on_fenced", error)
+        if partitions:
+            self._call_listener("on_revoked", partitions)
+        return True
+
+    def _leave(self, member_id: str, reason: str) -> None:
+        """One LeaveGroup (bounded); a failure is logged: the broker expires the session anyway."""
+        try:
+            send_leave_group(self._client, self.config.group_id, member_id, self.config.group_instance_id,
+                             reason, min(5.0, self._client.request_timeout_s))
+        except MemberClosedError:
+            raise
+        except GroupError as exc:
+            log.warning("group %s: LeaveGroup failed (%s); the session will expire", self.config.group_id, exc)
+
     # -- rebalance -----------------------------------------------------------------------------
     def _rebalance(self) -> None:
         """Revoke (generation still valid), then one JoinGroup/SyncGroup round (a pattern member
@@ -237,7 +304,9 @@ class MemberLoop:
                             assignment=result.partitions, owned=(result.partitions, generation.generation_id),
                             state=MemberState.COMPLETING_REBALANCE, rejoin_reason=None,
                             leader=result if result.is_leader else None)
-        self._timer.reset()
+        with self._status.cond:  # the poll timer starts with the generation
+            self._timer.reset()
+            self._timer.poll()
         self._join_failures = 0
         self._next_metadata_check = self._clock() + self.config.metadata_max_age_ms / 1000
         self._call_listener("on_assigned", generation, result.partitions)

@@ -265,7 +265,10 @@ class Recorder:
 
 
 def config(**overrides) -> MemberConfig:
+    """Fast settings. These tests never call ``poll()``: the poll timer is an hour unless overridden
+    (tests/unit/test_poll_timeout.py sets ``max_poll_interval_ms``)."""
     base = dict(bootstrap_servers="fake:9092", group_id="g", topics=("t", "u"), session_timeout_ms=600,
                 heartbeat_interval_ms=20, rebalance_timeout_ms=3000, retry_backoff_ms=5,
-                retry_backoff_max_ms=20, request_timeout_ms=1000, metadata_max_age_ms=60000)
+                retry_backoff_max_ms=20, request_timeout_ms=1000, metadata_max_age_ms=60000,
+                max_poll_interval_ms=3_600_000)
     return MemberConfig(**{**base, **overrides})
