@@ -6,7 +6,7 @@ The group leader runs assignors through :func:`run_assignor`, which validates
 every result before it is sent.
 """
 
-from .api import MemberInfo, PartitionAssignor, Subscription, TopicPartition
+from .api import COOPERATIVE, EAGER, MemberInfo, PartitionAssignor, Subscription, TopicPartition, rebalance_protocol
 from .assignor_errors import (
     AssignorError,
     AssignorFailedError,
@@ -15,6 +15,7 @@ from .assignor_errors import (
     InvalidAssignmentError,
     UnknownAssignorError,
 )
+from .cooperative_sticky import CooperativeStickyAssignor
 from .range import RangeAssignor
 from .registry import ENTRY_POINT_GROUP, get_assignor, list_assignors
 from .roundrobin import RoundRobinAssignor
@@ -22,10 +23,13 @@ from .sticky import StickyAssignor
 from .validate import run_assignor, validate_assignment
 
 __all__ = [
+    "COOPERATIVE",
+    "EAGER",
     "ENTRY_POINT_GROUP",
     "AssignorError",
     "AssignorFailedError",
     "AssignorImportError",
+    "CooperativeStickyAssignor",
     "DuplicateAssignorError",
     "InvalidAssignmentError",
     "MemberInfo",
@@ -38,6 +42,7 @@ __all__ = [
     "UnknownAssignorError",
     "get_assignor",
     "list_assignors",
+    "rebalance_protocol",
     "run_assignor",
     "validate_assignment",
 ]

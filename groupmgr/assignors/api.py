@@ -9,6 +9,11 @@ Member order is defined once, by :class:`MemberInfo`, exactly like Kafka's
 ``group_instance_id``) first, ordered by instance id, then dynamic members
 ordered by member id. Strings compare like ``java.lang.String.compareTo``
 (UTF-16 code units), so results equal Kafka's even for non-BMP characters.
+
+Rebalance protocols, like Kafka's ``ConsumerPartitionAssignor.RebalanceProtocol``:
+an assignor lists the protocols it supports in ``supported_protocols``
+(default: eager only), and :func:`rebalance_protocol` picks the protocol a
+member runs with from its configured assignors.
 """
 
 from __future__ import annotations
@@ -24,6 +29,13 @@ from groupmgr.core.topic_partition import TopicPartition
 
 
 Assignment = dict[str, list[TopicPartition]]
+
+EAGER = "eager"
+"""Every member revokes all its partitions before it rejoins; the leader may move any partition."""
+COOPERATIVE = "cooperative"
+"""Members keep their partitions while they rejoin; a partition changes owner over two rebalances
+(the old owner revokes it, the follow-up rebalance assigns it), never directly within one."""
+PROTOCOLS = (EAGER, COOPERATIVE)  # lowest first, like Kafka's RebalanceProtocol ids (0, 1)
 
 _new_tp = functools.partial(tuple.__new__, TopicPartition)
 
@@ -153,6 +165,34 @@ class MemberInfo:
         return hash(self._key)
 
 
+def rebalance_protocol(assignors: Iterable["PartitionAssignor"]) -> str:
+    """The rebalance protocol a member with these configured assignors runs: :data:`COOPERATIVE`
+    only if every one supports it, else :data:`EAGER`.
+
+    Kafka's ``ConsumerCoordinator`` does the same: the highest protocol
+    that every configured assignor supports. Raises ValueError when the list
+    is empty or the assignors share no protocol (Kafka refuses that
+    configuration too). Pure: depends only on each ``supported_protocols``.
+
+    A group changes protocol with Kafka's two rolling bounces: first every
+    member lists both assignors (e.g. ``cooperative-sticky`` then ``range``),
+    so all still run eager; then every member drops the eager-only one and
+    from the next rebalance the group is cooperative. The group agrees on the
+    assignor by name in JoinGroup; this function only decides how a member
+    revokes (everything before joining, or only what its new assignment lacks).
+    """
+    common = set(PROTOCOLS)
+    names = []
+    for assignor in assignors:
+        names.append(getattr(assignor, "name", repr(assignor)))
+        common &= set(getattr(assignor, "supported_protocols", (EAGER,)))
+    if not names:
+        raise ValueError("no assignors configured")
+    if not common:
+        raise ValueError(f"assignors {names} have no common rebalance protocol")
+    return COOPERATIVE if COOPERATIVE in common else EAGER
+
+
 def _text_key(texts: Iterable[str]) -> Callable[[str], str | bytes] | None:
     """Sort key for these strings that orders like Java: ``None`` (plain ``str`` order) when all are ASCII.
 
@@ -193,6 +233,13 @@ class PartitionAssignor(abc.ABC):
     """
 
     name: str = ""
+    supported_protocols: tuple[str, ...] = (EAGER,)
+    """Rebalance protocols this assignor can run under (Kafka's ``supportedProtocols()``).
+
+    An assignor that lists :data:`COOPERATIVE` promises that :meth:`assign`
+    never gives a member a partition that another member still owns (see
+    ``Subscription.owned_partitions``); such a partition is left unassigned
+    in this round and assigned in the follow-up rebalance."""
 
     def subscription_user_data(self, topics: Iterable[str]) -> bytes | None:
         """Opaque bytes sent with this member's subscription (default: none)."""

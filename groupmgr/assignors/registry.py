@@ -4,7 +4,9 @@ Names resolve in this order:
 
 1. a name in the registry: the built-ins ``range``, ``roundrobin``, ``sticky``
    (always available, even when this package is not installed and so has no
-   entry points) plus every entry point in the group ``groupmgr.assignors``;
+   entry points) plus every entry point in the group ``groupmgr.assignors``
+   (this package's own ``cooperative-sticky`` is registered that way only, so
+   the built-in list stays the three eager assignors every install has);
 2. a ``package.module:Class`` spec (``Class`` may be a dotted attribute path);
 3. otherwise :class:`UnknownAssignorError`.
 

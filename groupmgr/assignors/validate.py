@@ -4,6 +4,14 @@ The group leader calls :func:`run_assignor`, never ``assign`` directly, so a
 buggy plug-in can make the rebalance fail with a named error but can never
 make the leader send an invalid assignment (invariant 1: after every
 rebalance each partition of the subscribed topics has exactly one owner).
+
+Cooperative rounds (Kafka's ``RebalanceProtocol.COOPERATIVE``) get one
+explicit allowance and one extra rule, both as in Kafka's
+``ConsumerCoordinator.validateCooperativeAssignment``: a partition may be left
+unassigned only while some member still reports it in ``owned_partitions``
+(its owner changes: the owner revokes it now, the follow-up rebalance assigns
+it), and no partition may be given to a member while another member revokes
+it in the same round (``partition_moved_in_one_round``).
 """
 
 from __future__ import annotations
@@ -19,7 +27,10 @@ from .api import (
     PartitionAssignor,
     Subscription,
     TopicPartition,
+    COOPERATIVE,
+    EAGER,
     as_topic_partitions,
+    rebalance_protocol,
     sorted_member_ids,
 )
 from .assignor_errors import AssignorFailedError, InvalidAssignmentError
@@ -152,9 +163,31 @@ def _unknown_partitions(flat: list[TopicPartition], assigned_topics: set[str],
     return sorted({tp for tp in flat if not 0 <= tp.partition < partitions_per_topic.get(tp.topic, 0)})
 
 
+def _check_cooperative(name: str, assignment: Mapping[str, list[TopicPartition]],
+                       subscriptions: Mapping[str, Subscription]) -> set[TopicPartition]:
+    """Raise if a partition is added to one member while another revokes it; return every owned partition."""
+    added: dict[TopicPartition, str] = {}
+    revoked: dict[TopicPartition, str] = {}
+    owned_anywhere: set[TopicPartition] = set()
+    for member_id in sorted(assignment):
+        owned = set(subscriptions[member_id].owned_partitions)
+        owned_anywhere |= owned
+        assigned = set(assignment[member_id])
+        added.update((tp, member_id) for tp in assigned - owned)
+        revoked.update((tp, member_id) for tp in owned - assigned)
+    moved = sorted(set(added) & set(revoked))
+    if moved:
+        tp = moved[0]
+        raise _fail(name, "partition_moved_in_one_round", partition=tp, members=[revoked[tp], added[tp]],
+                    count=len(moved))
+    return owned_anywhere
+
+
 def _check_partitions(name: str, assignment: Mapping[str, list[TopicPartition]],
-                      partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]) -> None:
-    """Raise for the first broken rule in this order: unknown, non-subscriber, twice, unassigned."""
+                      partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription],
+                      protocol: str = EAGER) -> None:
+    """Raise for the first broken rule in this order: unknown, non-subscriber, twice, (cooperative: moved in
+    one round), unassigned (cooperative: unless still owned by some member)."""
     flat = list(chain.from_iterable(assignment.values()))
     assigned = set(flat)
     assigned_topics = set(map(itemgetter(0), flat))
@@ -170,40 +203,56 @@ def _check_partitions(name: str, assignment: Mapping[str, list[TopicPartition]],
         counts = Counter(flat)
         tp = min(tp for tp, n in counts.items() if n > 1)
         raise _fail(name, "partition_assigned_twice", partition=tp, members=_owner_of(assignment, tp))
+    withheld: set[TopicPartition] = set()
+    if protocol == COOPERATIVE:
+        withheld = _check_cooperative(name, assignment, subscriptions)
     if len(assigned) < sum(partitions_per_topic.values()):  # assigned is a subset: no unknown partitions
         unassigned = [TopicPartition(t, p) for t in sorted(partitions_per_topic)
-                      for p in range(partitions_per_topic[t]) if (t, p) not in assigned]
+                      for p in range(partitions_per_topic[t]) if (t, p) not in assigned and (t, p) not in withheld]
+        if not unassigned:
+            return
         raise _fail(name, "partition_unassigned", count=len(unassigned), partitions=unassigned[:_MAX_LISTED])
 
 
 def validate_assignment(name: str, partitions_per_topic: Mapping[str, int],
-                        subscriptions: Mapping[str, Subscription], assignment: Any) -> Assignment:
+                        subscriptions: Mapping[str, Subscription], assignment: Any,
+                        protocol: str = EAGER) -> Assignment:
     """Check ``assignment`` and return it normalised: keys in MemberInfo order, lists sorted.
 
     ``partitions_per_topic`` must already be restricted to subscribed topics
     (see :func:`assignor_input`). Raises :class:`InvalidAssignmentError` unless
     every member appears exactly once, every listed partition exists, belongs
     to a topic its member subscribes to, and is listed once, and every
-    partition of ``partitions_per_topic`` is listed. The result shares no list
+    partition of ``partitions_per_topic`` is listed. With ``protocol``
+    :data:`~groupmgr.assignors.api.COOPERATIVE` the cooperative rules of the
+    module doc apply instead of the last one. The result shares no list
     with ``assignment``.
     """
+    if protocol not in (EAGER, COOPERATIVE):
+        raise ValueError(f"unknown rebalance protocol {protocol!r}")
     _check_members(name, assignment, subscriptions)
     normalized = _normalized(name, sorted_member_ids(subscriptions), assignment)
-    _check_partitions(name, normalized, partitions_per_topic, subscriptions)
+    _check_partitions(name, normalized, partitions_per_topic, subscriptions, protocol)
     return normalized
 
 
 def run_assignor(assignor: PartitionAssignor, partitions_per_topic: Mapping[str, int],
-                 subscriptions: Mapping[str, Subscription]) -> Assignment:
+                 subscriptions: Mapping[str, Subscription], protocol: str | None = None) -> Assignment:
     """Run ``assignor.assign`` on checked input and return a validated, normalised assignment.
+
+    ``protocol`` is the group's rebalance protocol; None means the highest
+    one the assignor supports (:func:`~groupmgr.assignors.api.rebalance_protocol`),
+    which for an eager-only assignor is the strict eager check.
 
     Raises :class:`AssignorFailedError` if ``assign`` raises, and
     :class:`InvalidAssignmentError` if its result breaks an invariant.
     """
     counts, members = assignor_input(partitions_per_topic, subscriptions)
     name = getattr(assignor, "name", type(assignor).__name__)
+    if protocol is None:
+        protocol = rebalance_protocol([assignor])
     try:
         raw = assignor.assign(dict(counts), dict(members))
     except Exception as exc:  # any plug-in failure becomes one named condition
         raise AssignorFailedError(name, exc) from exc
-    return validate_assignment(name, counts, members, raw)
+    return validate_assignment(name, counts, members, raw, protocol)
