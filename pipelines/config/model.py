@@ -185,7 +185,7 @@ class GroupConfig:
     instance_id: str | None = None
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 1_000
-    rebalance_timeout_ms: int = 60_000
+    rebalance_timeout_ms: int = 300_000  # also the longest a batch may run (Kafka's max.poll.interval.ms default)
     metadata_max_age_ms: int = 30_000  # how often topic_pattern is re-matched and partition counts re-read
     # When the broker runs the group with its own assignor (a KIP-848 consumer joined): "warn" says
     # so in the progress lines and describe; "fail" ends the member (GROUP_RUN_BY_BROKER).

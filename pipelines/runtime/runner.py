@@ -173,8 +173,15 @@ class PipelineRunner:
             self._owned, self._pending_start = (), False
 
     def on_fenced(self, error) -> None:
+        """The generation is gone: stop the query. After a poll timeout (a batch ran past the
+        rebalance timeout) the member rejoins at the first poll once the query has stopped."""
+        if getattr(error, "condition", "") == "POLL_TIMEOUT_EXPIRED":
+            self.progress.note(f"fenced by the group: [POLL_TIMEOUT_EXPIRED] no batch finished within "
+                               f"group.rebalance_timeout ({self.config.group.rebalance_timeout_ms} ms); left the "
+                               "group so its partitions move; rejoining once the query has stopped")
         with self._lock:
-            self.progress.note(f"fenced by the group ({error}); stopping the query and rejoining")
+            if getattr(error, "condition", "") != "POLL_TIMEOUT_EXPIRED":
+                self.progress.note(f"fenced by the group ({error}); stopping the query and rejoining")
             self._stop_query()
             self._owned, self._pending_start = (), False
 
@@ -190,6 +197,7 @@ class PipelineRunner:
         try:
             while not stop.wait(POLL_S):
                 self.member.raise_if_failed()
+                self._poll_between_batches()
                 if self._check_query() == "finished" and self.config.trigger.available_now:
                     break
                 if until is not None and until():
@@ -201,6 +209,20 @@ class PipelineRunner:
             self.probe.close()
 
     # -- internals --------------------------------------------------------------------------------
+    def _poll_between_batches(self) -> None:
+        """Main thread: tell the member the application is alive (Kafka's ``poll()``) unless a
+        micro-batch is running. A batch that runs longer than ``group.rebalance_timeout`` (the
+        member's ``max_poll_interval``) therefore makes the member leave the group, so its
+        partitions move to the others; it rejoins at the first poll once the batch has ended or
+        its query was stopped. Lock-free: a listener stuck stopping the query cannot delay it."""
+        query = self._query
+        try:
+            busy = query is not None and bool(query.status["isTriggerActive"])
+        except Exception:  # noqa: BLE001 - a query that cannot answer is not making progress
+            busy = query is not None
+        if not busy:
+            self.member.poll()
+
     def _check_server_assignment(self) -> None:
         """After an assignment (listener thread, lock held): when the broker now runs the group
         with its own assignor (a member joined with group.protocol=consumer), say so once, by

@@ -25,8 +25,9 @@ from pipelines.local.local_kafka import LocalKafka
 from pipelines.runtime.install_paths import jars_dir
 
 pytestmark = pytest.mark.integration
+# these members have no application loop calling poll(): the poll timer is out of the way
 FAST = dict(session_timeout_ms=2500, heartbeat_interval_ms=200, rebalance_timeout_ms=15000,
-            retry_backoff_ms=50, request_timeout_ms=10000)
+            max_poll_interval_ms=3_600_000, retry_backoff_ms=50, request_timeout_ms=10000)
 
 
 class Recorder:

@@ -68,7 +68,7 @@ def test_minimal_config_gets_documented_defaults(tmp_path: Path):
     assert config.topics == ("events",) and config.topic_pattern is None
     assert config.group.assignors == ("range",) and config.group.instance_id is None
     assert (config.group.session_timeout_ms, config.group.heartbeat_interval_ms,
-            config.group.rebalance_timeout_ms) == (10_000, 1_000, 60_000)
+            config.group.rebalance_timeout_ms) == (10_000, 1_000, 300_000)
     assert config.source == type(config.source)(starting_offsets="earliest", on_data_loss="fail",
                                                 max_offsets_per_trigger=500_000)
     assert config.source.spark_options()["maxOffsetsPerTrigger"] == "500000"
