@@ -23,9 +23,10 @@ class ProgressPrinter:
     def note(self, text: str) -> None:
         self._emit(text)
 
-    def assigned(self, generation, partitions) -> None:
+    def assigned(self, generation, partitions, remark: str = "") -> None:
         gen = getattr(generation, "generation_id", generation)
-        self._emit(f"generation {gen}: assigned {len(partitions)} partition(s) {_names(partitions)}")
+        self._emit(f"generation {gen}: assigned {len(partitions)} partition(s) {_names(partitions)}"
+                   + (f" ({remark})" if remark else ""))
 
     def revoked(self, partitions) -> None:
         self._emit(f"revoked {len(partitions)} partition(s); stopping the query")

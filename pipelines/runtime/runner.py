@@ -61,6 +61,7 @@ RESTART_BACKOFF_S = 1.0    # first wait of a failure streak; doubles per attempt
 RESTART_BACKOFF_MAX_S = 30.0
 MAX_UNKNOWN_RESTARTS = 5    # consecutive restarts after failures no rule recognises
 STABLE_AFTER_S = 60.0       # a query running this long (or a committed batch) ends a failure streak
+GRACEFUL_STOP_S = 30.0     # the longest a stop waits for a running micro-batch to finish
 STOPPED_RECHECK = Backoff(5.0, 60.0)  # how often a stopped partition is checked again
 STOPPED_METADATA = "scg:stopped:"     # Kafka commit metadata of a stopped partition (scg describe reads it)
 
@@ -155,10 +156,20 @@ class PipelineRunner:
 
     # -- RebalanceListener ------------------------------------------------------------------------
     def on_assigned(self, generation: Generation, partitions) -> None:
-        """Start the query over ``partitions``; never raises (a failure is the main thread's)."""
+        """Run the query over ``partitions`` (the member's whole assignment); never raises (a
+        failure is the main thread's). An unchanged assignment (a cooperative rebalance that moved
+        none of this member's partitions) keeps the running query: no pause, no cancelled batch.
+        A changed one restarts the query at a batch boundary."""
         with self._lock:
-            self._stop_query()
-            self._generation, self._owned = generation, tuple(sorted(partitions))
+            partitions = tuple(sorted(partitions))
+            self._generation = generation
+            running = self._query is not None or self._pending_start
+            if partitions and partitions == self._owned and running:
+                self.progress.assigned(generation, partitions, "unchanged: the query keeps running")
+                self._check_server_assignment()
+                return
+            self._stop_query(graceful=True)
+            self._owned = partitions
             self._stopped = {tp: s for tp, s in self._stopped.items() if tp in self._owned}
             self.progress.assigned(generation, self._owned)
             self._check_server_assignment()
@@ -167,10 +178,15 @@ class PipelineRunner:
                 self._try_start("query start failed")
 
     def on_revoked(self, partitions) -> None:
+        """Stop using ``partitions`` (all owned ones in an eager rebalance, only those that leave
+        in a cooperative one): the query stops at a batch boundary; ``on_assigned`` follows with
+        the new assignment."""
         with self._lock:
             self.progress.revoked(partitions)
-            self._stop_query()
-            self._owned, self._pending_start = (), False
+            self._stop_query(graceful=True)
+            revoked = set(partitions)
+            self._owned = tuple(tp for tp in self._owned if tp not in revoked)
+            self._pending_start = False
 
     def on_fenced(self, error) -> None:
         """The generation is gone: stop the query. After a poll timeout (a batch ran past the
@@ -204,7 +220,7 @@ class PipelineRunner:
                     break
         finally:
             with self._lock:
-                self._stop_query()
+                self._stop_query(graceful=True)
             self.member.close()
             self.probe.close()
 
@@ -434,7 +450,11 @@ class PipelineRunner:
             raise SourceChanged(TOPIC_RECREATED, f"topic(s) {', '.join(changed)} no longer have the ID the "
                                                  "query started with (deleted, or deleted and created again)")
 
-    def _stop_query(self) -> None:
+    def _stop_query(self, graceful: bool = False) -> None:
+        """Stop the query (``graceful``: first let a running micro-batch finish, at most
+        :data:`GRACEFUL_STOP_S`) and drop its checkpoint."""
+        if self._query is not None and graceful:
+            _wait_for_batch_boundary(self._query, GRACEFUL_STOP_S)
         if self._query is not None:
             try:
                 self._query.stop()
@@ -468,6 +488,20 @@ class PipelineRunner:
             self.progress.note(f"Kafka offset commit refused ({type(exc).__name__}: {exc}); "
                                "the Delta table is authoritative, the next owner resumes from it")
             return False
+
+
+def _wait_for_batch_boundary(query, bound_s: float, poll_s: float = 0.05) -> None:
+    """Return when ``query`` runs no micro-batch (or after ``bound_s``): stopping it then cancels
+    no work (a trigger starting right after is cancelled, and its batch replayed by the next
+    owner; exactly-once does not depend on this)."""
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        try:
+            if not query.isActive or not query.status["isTriggerActive"]:
+                return
+        except Exception:  # noqa: BLE001 - a query that cannot answer is stopped as it is
+            return
+        time.sleep(poll_s)
 
 
 def _with_int_timestamps(schema: pa.Schema) -> pa.Schema:

@@ -210,3 +210,46 @@ def test_a_stopped_partition_is_rechecked_and_resumes_by_itself_while_the_others
     assert due() == "restarted"  # t-1 can run again: the query restarts over every owned partition
     runner._note_stopped([], PartitionChecks([]))
     assert not runner._stopped and any("t-1 resumes (was stopped: LEADER_NOT_AVAILABLE)" in line for line in h.lines)
+
+
+class CountingQuery(RunningQuery):
+    """A running query that counts stops; ``busy`` scripts isTriggerActive answers."""
+
+    def __init__(self, busy=()):
+        super().__init__()
+        self.stops, self.busy = 0, list(busy)
+
+    @property
+    def status(self):
+        return {"isTriggerActive": self.busy.pop(0) if self.busy else False}
+
+    def stop(self):
+        self.stops += 1
+
+
+def test_an_unchanged_assignment_keeps_the_running_query():
+    query = CountingQuery()
+    h = Harness(query)
+    h.runner.on_assigned(1, TPS)
+    h.runner.on_assigned(2, tuple(reversed(TPS)))  # a cooperative rebalance that moved nothing here
+    assert h.runner._query is query and query.stops == 0 and h.runner._generation == 2
+    assert "unchanged: the query keeps running" in h.lines[-1]
+
+
+def test_a_cooperative_revoke_drops_only_the_partitions_that_leave():
+    first, second = CountingQuery(), CountingQuery()
+    h = Harness(first, second)
+    h.runner.on_assigned(1, TPS)
+    h.runner.on_revoked((TPS[1],))
+    assert first.stops == 1 and h.runner._owned == (TPS[0],)
+    h.runner.on_assigned(2, (TPS[0],))  # the query stopped with the revoke: it starts again
+    assert h.runner._query is second and h.runner._owned == (TPS[0],)
+
+
+def test_a_changed_assignment_restarts_at_a_batch_boundary():
+    query = CountingQuery(busy=[True, True, False])
+    h = Harness(query)
+    h.runner.on_assigned(1, TPS[:1])
+    h.runner.on_assigned(2, TPS)  # gained a partition: the query restarts over both
+    assert query.stops == 1 and query.busy == []  # it waited until no batch ran
+    assert h.runner._owned == TPS
