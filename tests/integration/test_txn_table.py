@@ -260,3 +260,19 @@ def test_storage_options_reach_every_deltalake_call(tmp_path, monkeypatch):
     plain.claim([T0])
     assert read_recorded_offsets(str(tmp_path / "u"), "app", [T0]) == {T0: None}
     assert opened and all(o == (str(tmp_path / "u"), None) for o in opened)
+
+
+def test_record_partitions_resets_offsets_and_records_topic_ids_only_for_the_owner(table):  # invariant 10
+    epochs = table.claim([T0, T1])
+    table.commit(rows(T0, range(0, 5)), [OffsetRange("t", 0, 0, 5)], epochs)
+    table.record_partitions(epochs, {T0: 0}, {T0: 11, T1: 12}, {"scg.event": "TOPIC_RECREATED"})
+    assert table.recorded_offsets([T0, T1]) == {T0: 0, T1: None}  # moved down: a new incarnation
+    assert table.recorded_topic_ids([T0, T1]) == {T0: 11, T1: 12}
+    assert DeltaTable(table.path).history(1)[0]["scg.event"] == "TOPIC_RECREATED"
+    table.commit(rows(T0, range(0, 3)), [OffsetRange("t", 0, 0, 3)], epochs)  # the new records are written
+    assert len(coordinates(table.path)) == 8
+    newer = table.claim([T0])
+    with pytest.raises(FencedWriterError):
+        table.record_partitions(epochs, {T0: 0}, {}, None)
+    table.record_partitions(newer, {}, {}, None)  # nothing to record: no commit
+    assert table.recorded_offsets([T0]) == {T0: 3}
