@@ -4,10 +4,16 @@ Lifecycle (docs/DESIGN.md, data flow):
 
 * ``on_assigned(generation, partitions)`` — claim the partitions in the output and dead-letter
   tables (bumping their owner epochs, which fences any previous writer), choose start offsets
-  (Delta > group commit > policy) and start one query over exactly those partitions;
-* ``on_revoked(partitions)`` / ``on_fenced(error)`` — stop the query before the member rejoins; an
-  in-flight batch either committed whole to Delta or not at all;
-* every batch commits Delta first, then Kafka offsets with the member's generation.
+  (Delta > group commit > policy), check each partition against the brokers
+  (:mod:`pipelines.runtime.partition_checks`: a partition that cannot run is stopped and
+  re-checked with backoff) and start one query over the partitions that run. The same assignment
+  again (a cooperative rebalance that moved none of them) keeps the running query;
+* ``on_revoked(partitions)`` — stop the query at a batch boundary (an eager rebalance revokes
+  everything before the member rejoins, a cooperative one only the partitions that leave);
+  ``on_fenced(error)`` — stop it now; an in-flight batch either committed whole to Delta or not at all;
+* every batch commits Delta first, then Kafka offsets with the member's generation;
+* between batches the main thread calls the member's ``poll()``: a batch running past the
+  rebalance timeout makes the member leave the group (Kafka's ``max.poll.interval.ms``).
 
 The member's thread calls the listener methods; the main thread (:meth:`PipelineRunner.run`)
 watches the member and the query and prints progress. ``_lock`` serialises query changes.
@@ -114,8 +120,9 @@ class PipelineRunner:
     """One member of a pipeline's group and the Spark query over exactly its partitions.
 
     Guarantees: a query runs only over partitions this member was assigned and has claimed in both
-    tables (claim before reading start offsets); it is stopped before the member rejoins; each
-    batch is committed to Delta before its offsets are committed to Kafka. The listener methods run
+    tables (claim before reading start offsets); it stops using a partition before the member
+    gives it up (on_revoked); each batch is committed to Delta before its offsets are committed to
+    Kafka. The listener methods run
     on the member's thread, :meth:`run` on the caller's; both take ``_lock`` to change the query.
     """
 
