@@ -42,8 +42,10 @@ NO_GENERATION = Generation(NO_GENERATION_ID, UNKNOWN_MEMBER_ID, None)
 class MemberState(enum.Enum):
     """Where the member is in the classic group protocol.
 
-    UNJOINED -> PREPARING_REBALANCE (revoking, JoinGroup in flight) -> COMPLETING_REBALANCE
-    (SyncGroup in flight) -> STABLE (heartbeating) -> PREPARING_REBALANCE ... ;
+    UNJOINED -> PREPARING_REBALANCE (eager: revoking; JoinGroup in flight) -> COMPLETING_REBALANCE
+    (SyncGroup done; cooperative: revoking what left, then on_assigned) -> STABLE (heartbeating)
+    -> PREPARING_REBALANCE ... ; a cooperative member keeps its partitions (and the generation its
+    commits use) through PREPARING_REBALANCE;
     FENCED after the generation was lost (partitions lost, about to rejoin);
     POLL_TIMEOUT after the member left the group because ``poll()`` was not called for
     ``max_poll_interval_ms`` (partitions lost, no heartbeats; it rejoins at the next ``poll()``);

@@ -31,13 +31,30 @@ CALLBACK_BACKOFF = Backoff(initial_s=0.2, max_s=5.0)
 
 
 class RebalanceListener(Protocol):
-    """Hooks a member calls (on its listener thread), one at a time, in order."""
+    """Hooks a member calls (on its listener thread), one at a time, in order.
+
+    Sequences per rebalance, by the member's protocol (``GroupMember.protocol``):
+
+    * eager: ``on_revoked(all owned)`` (if any) before rejoining, then
+      ``on_assigned(generation, assignment)``.
+    * cooperative: nothing before rejoining (the listener keeps its partitions and keeps working;
+      commits use the last stable generation), then ``on_revoked(owned - assignment)`` only if
+      non-empty, then ``on_assigned(generation, assignment)``; after a revocation the member rejoins
+      at once (follow-up rebalance) and the same sequence repeats, usually with nothing revoked.
+    * lost generation (either protocol): ``on_fenced(error)``, then ``on_revoked(all owned)``.
+    * close: ``on_revoked(all owned)``.
+    """
 
     def on_revoked(self, partitions: tuple[TopicPartition, ...]) -> None:
-        """Stop using ``partitions`` (non-empty). Commits with the old generation work until this returns."""
+        """Stop using ``partitions`` (non-empty). Eager: every owned partition, before the rejoin;
+        commits with the old generation work until this returns. Cooperative: only the partitions
+        that leave this member (the others stay in use, untouched), after the join, with the new
+        generation already in force for commits. After ``on_fenced`` and on close: all owned ones."""
 
     def on_assigned(self, generation: Generation, partitions: tuple[TopicPartition, ...]) -> None:
-        """Start using ``partitions`` (possibly empty) in ``generation``."""
+        """Use ``partitions`` (possibly empty) in ``generation``: always the member's FULL assignment,
+        in both protocols (cooperative: partitions kept from before are included; compare with what
+        is in use to see what is new; an unchanged assignment means nothing moved)."""
 
     def on_fenced(self, error: GroupError) -> None:
         """The generation was lost (``error`` says why); ``on_revoked`` follows with the lost partitions."""

@@ -1,9 +1,21 @@
-"""``GroupMember``: one member of a Kafka consumer group (classic protocol, eager rebalancing).
+"""``GroupMember``: one member of a Kafka consumer group (classic protocol, eager or cooperative).
 
 ``start()`` spawns one background thread that joins the group, then heartbeats every interval.
-On REBALANCE_IN_PROGRESS it calls ``listener.on_revoked(owned)`` (the generation stays valid
+The rebalance protocol (``protocol``) follows from the configured assignors as in Kafka: cooperative
+when every one supports it (``cooperative-sticky``), else eager.
+
+Eager: on REBALANCE_IN_PROGRESS it calls ``listener.on_revoked(owned)`` (the generation stays valid
 meanwhile, so the caller may commit final offsets), rejoins, and calls
-``listener.on_assigned(generation, partitions)``. When fenced (ILLEGAL_GENERATION or
+``listener.on_assigned(generation, partitions)``.
+
+Cooperative (KIP-429): on REBALANCE_IN_PROGRESS it rejoins *keeping* its partitions (no callback;
+commits keep using the last stable generation, which the broker accepts until the new generation
+forms) and reports them as owned in its subscription. After the join it calls
+``on_revoked(owned - assigned)`` only when that is non-empty, then
+``on_assigned(generation, partitions)`` with the full assignment, and, if something was revoked,
+rejoins once more so the leader can give those partitions to their new owners.
+
+When fenced (ILLEGAL_GENERATION or
 UNKNOWN_MEMBER_ID on heartbeat or commit) it first invalidates the generation, then calls
 ``on_fenced(error)`` and ``on_revoked(partitions)`` (they are lost), and rejoins.
 FENCED_INSTANCE_ID (another process took this ``group_instance_id``) is fatal, as in Java.
@@ -114,14 +126,21 @@ class GroupMember:
             return self._status.state
 
     @property
+    def protocol(self) -> str:
+        """This member's rebalance protocol, ``"eager"`` or ``"cooperative"`` (from the assignors)."""
+        return self._loop.protocol
+
+    @property
     def generation(self) -> Generation:
-        """The generation commits are made with; NO_GENERATION while (re)joining, fenced or closed."""
+        """The generation commits are made with; NO_GENERATION while fenced or closed, and while
+        (re)joining in the eager protocol (a cooperative member keeps its last stable generation
+        while it rejoins)."""
         with self._status.cond:
-            return self._status.generation
+            return self._status.commit_generation
 
     @property
     def assignment(self) -> tuple[TopicPartition, ...]:
-        """Partitions owned now, sorted (empty while rebalancing)."""
+        """Partitions owned now, sorted (eager: empty while rebalancing; cooperative: kept)."""
         with self._status.cond:
             return self._status.assignment
 
@@ -167,10 +186,13 @@ class GroupMember:
     # -- offsets -------------------------------------------------------------------------------
     def commit_offsets(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata], metadata: str = "",
                        timeout_s: float | None = None) -> None:
-        """Commit next-offsets-to-read (ints or OffsetAndMetadata) with the current generation.
+        """Commit next-offsets-to-read (ints or OffsetAndMetadata) with the current generation
+        (``generation``; during a cooperative rejoin the last stable one).
 
         Raises StaleGenerationError when there is no current generation or the broker rejects it;
-        a fenced answer also makes the member thread run on_fenced/on_revoked and rejoin.
+        a fenced answer for the current generation also makes the member thread run
+        on_fenced/on_revoked and rejoin (during a cooperative rejoin the join round's answer decides
+        instead: the broker refuses the old generation once the new one has formed).
         """
         generation = self._usable_generation()
         values = {TopicPartition(*tp): v if isinstance(v, OffsetAndMetadata) else OffsetAndMetadata(v, metadata)

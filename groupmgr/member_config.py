@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from groupmgr.assignors import PartitionAssignor, get_assignor
+from groupmgr.assignors import PartitionAssignor, get_assignor, rebalance_protocol
 from groupmgr.rebalance import JoinSpec
 
 
@@ -20,7 +20,11 @@ class MemberConfig:
 
     Subscribe to ``topics`` or to every non-internal topic whose whole name matches the regular
     expression ``topic_pattern`` (exactly one of the two). ``assignors``: names (``get_assignor``) or
-    instances, first = preferred; all are offered in JoinGroup. ``client_kwargs``: kafka-python
+    instances, first = preferred; all are offered in JoinGroup. They also decide the member's
+    rebalance protocol (``join_spec().protocol``, ``GroupMember.protocol``): ``"cooperative"`` when
+    every one supports it (e.g. only ``cooperative-sticky``), else ``"eager"`` (Kafka's rule; a group
+    switches with two rolling bounces: first list ``cooperative-sticky`` with the eager assignor,
+    then drop the eager one). ``client_kwargs``: kafka-python
     connection kwargs (security_protocol, sasl_*, ssl_*). ``metadata_max_age_ms``: how often the
     leader re-checks partition counts and a pattern member re-matches the cluster's topics (a change
     -> rejoin), like the Java consumer's ``metadata.max.age.ms``.
@@ -111,4 +115,5 @@ class MemberConfig:
         if len(set(names)) != len(names):
             raise ValueError(f"MemberConfig.assignors has duplicate protocol names: {names}")
         return JoinSpec(self.group_id, self.topics, assignors, self.session_timeout_ms,
-                        self.rebalance_timeout_ms, self.group_instance_id, self.rack_id)
+                        self.rebalance_timeout_ms, self.group_instance_id, self.rack_id,
+                        protocol=rebalance_protocol(assignors))

@@ -12,6 +12,21 @@ while it makes progress. When a generation's poll timer expires the loop leaves 
 (LeaveGroup, dynamic members only, as in Java), gives up the generation locally, tells the listener
 ``on_fenced(PollTimeoutExpired)`` then ``on_revoked(lost)``, and parks in ``POLL_TIMEOUT``: no
 heartbeats, no rejoin, until the next ``poll()``, which makes it rejoin.
+
+Rebalance protocol (``config.join_spec().protocol``, as Kafka's ``ConsumerCoordinator``):
+
+* eager: before rejoining ``on_revoked(all owned)`` (the generation is still valid, commits work
+  until it returns), then no generation until the join completes, then
+  ``on_assigned(generation, partitions)``.
+* cooperative (KIP-429): before rejoining nothing is revoked (except partitions of topics no longer
+  subscribed); the member keeps its partitions and commits keep using the last stable generation
+  (``MemberStatus.commit_generation``) while it rejoins, sending what it owns in its subscription.
+  After SyncGroup: ``on_revoked(owned - assigned)`` only if that is non-empty (commits then use the
+  new generation), then ``on_assigned(generation, full assignment)``; if something was revoked, a
+  follow-up rebalance ("revoked partitions must be reassigned") lets the leader give it to its new
+  owner.
+* either protocol: a lost generation (fenced, poll timeout, a fenced answer to a cooperative
+  rejoin) is ``on_fenced(error)`` then ``on_revoked(all lost)`` (Kafka's onPartitionsLost).
 """
 from __future__ import annotations
 
@@ -21,6 +36,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
+from groupmgr.assignors import COOPERATIVE
 from groupmgr.core import TopicPartition
 from groupmgr.coordinator_client import CoordinatorClient
 from groupmgr.group_errors import (FencedInstanceId, GroupError, ListenerError, MemberClosedError,
@@ -34,6 +50,7 @@ from groupmgr.rebalance import RebalanceRound, RoundResult, send_heartbeat, send
 log = logging.getLogger(__name__)
 ENDED = (MemberState.CLOSED, MemberState.FAILED)
 POLL_RESUMED = "poll resumed after poll timeout"
+REASSIGN = "revoked partitions must be reassigned"
 
 
 @dataclass(eq=False)
@@ -44,7 +61,8 @@ class MemberStatus:
     wakeup: threading.Event = field(default_factory=threading.Event)
     stopping: threading.Event = field(default_factory=threading.Event)
     state: MemberState = MemberState.UNJOINED
-    generation: Generation = NO_GENERATION
+    generation: Generation = NO_GENERATION  # the current generation (heartbeats); none while (re)joining
+    commit_generation: Generation = NO_GENERATION  # what commits use; cooperative: kept while rejoining
     member_id: str = ""
     assignment: tuple[TopicPartition, ...] = ()
     topics: tuple[str, ...] = ()  # the subscription sent in JoinGroup (changes with a pattern)
@@ -72,6 +90,7 @@ class MemberLoop:
                  dispatcher: ListenerDispatcher, clock: Callable[[], float]) -> None:
         self.config = config
         self._spec = config.join_spec()
+        self.protocol = self._spec.protocol
         self._client = client
         self._status = status
         self._callbacks = dispatcher
@@ -241,6 +260,7 @@ class MemberLoop:
             if not generation.is_valid or not self._timer.poll_timeout_expired():
                 return False
             status.assignment, status.generation, status.owned = (), NO_GENERATION, ((), -1)
+            status.commit_generation = NO_GENERATION
             status.state, status.member_id, status.leader = MemberState.POLL_TIMEOUT, "", None
             status.pending_fence = status.rejoin_reason = None  # moot: that generation is given up
             status.cond.notify_all()
@@ -267,13 +287,22 @@ class MemberLoop:
 
     # -- rebalance -----------------------------------------------------------------------------
     def _rebalance(self) -> None:
-        """Revoke (generation still valid), then one JoinGroup/SyncGroup round (a pattern member
-        re-matches topics first)."""
-        self._revoke()
-        self._refresh_subscription()
+        """Eager: revoke everything (generation still valid), then one JoinGroup/SyncGroup round (a
+        pattern member re-matches topics first). Cooperative: re-match topics, revoke only partitions
+        of topics no longer subscribed, keep the rest (and the commit generation) through the round."""
+        cooperative = self.protocol == COOPERATIVE
+        if cooperative:
+            self._refresh_subscription()
+            self._revoke_unsubscribed()
+        else:
+            self._revoke()
+            self._refresh_subscription()
         status = self._status
         with status.cond:
             status.state, status.generation = MemberState.PREPARING_REBALANCE, NO_GENERATION
+            if not cooperative:
+                status.commit_generation = NO_GENERATION
+            status.cond.notify_all()
             owned, owned_generation = status.owned
             member_id, reason = status.member_id, status.rejoin_reason
         round_ = RebalanceRound(self._client, self._spec, member_id, owned, owned_generation, reason)
@@ -289,6 +318,8 @@ class MemberLoop:
         """Rejoin (with exponential backoff unless it is the first REBALANCE_IN_PROGRESS / fence),
         or raise when the error is fatal."""
         log.info("group %s: join round failed: %s", self.config.group_id, exc)
+        if exc.fenced and self._status.assignment:  # cooperative: the kept partitions are lost now
+            self._lose(exc)  # raises FencedInstanceId
         if isinstance(exc, FencedInstanceId) or not (exc.retriable or exc.fenced
                                                       or isinstance(exc, RebalanceInProgress)):
             raise exc
@@ -299,16 +330,31 @@ class MemberLoop:
             self._client.pause(self._join_failures, float("inf"))
 
     def _install(self, result: RoundResult) -> None:
+        """Take the new generation; cooperative: on_revoked(owned - assigned) if any (then a
+        follow-up rebalance); then on_assigned(generation, full assignment)."""
         generation = result.generation
-        self._status.update(generation=generation, member_id=generation.member_id,
-                            assignment=result.partitions, owned=(result.partitions, generation.generation_id),
-                            state=MemberState.COMPLETING_REBALANCE, rejoin_reason=None,
-                            leader=result if result.is_leader else None)
-        with self._status.cond:  # the poll timer starts with the generation
+        status = self._status
+        with status.cond:
+            kept = status.assignment  # eager: () (revoked before joining); cooperative: still owned
+        revoked = tuple(sorted(set(kept) - set(result.partitions)))
+        status.update(generation=generation, commit_generation=generation, member_id=generation.member_id,
+                      state=MemberState.COMPLETING_REBALANCE, rejoin_reason=REASSIGN if revoked else None,
+                      leader=result if result.is_leader else None)
+        with status.cond:  # the poll timer starts with the generation
             self._timer.reset()
             self._timer.poll()
         self._join_failures = 0
         self._next_metadata_check = self._clock() + self.config.metadata_max_age_ms / 1000
+        if revoked:
+            log.info("group %s: generation %d revokes %s; rejoining so they can be reassigned",
+                     self.config.group_id, generation.generation_id, [f"{tp.topic}-{tp.partition}" for tp in revoked])
+            self._call_listener("on_revoked", revoked)
+        with status.cond:
+            if status.generation != generation:  # lost while on_revoked ran (it told the listener)
+                return
+            status.assignment = result.partitions
+            status.owned = (result.partitions, generation.generation_id)
+            status.cond.notify_all()
         self._call_listener("on_assigned", generation, result.partitions)
         with self._status.cond:
             if self._status.generation == generation:
@@ -326,6 +372,21 @@ class MemberLoop:
             self._call_listener("on_revoked", partitions)
         status.update(assignment=())
 
+    def _revoke_unsubscribed(self) -> None:
+        """Cooperative rejoin: revoke only the partitions of topics no longer subscribed (Kafka's
+        onJoinPrepare); the generation stays valid while on_revoked runs."""
+        status = self._status
+        with status.cond:
+            owned, owned_generation = status.assignment, status.owned[1]
+            if status.state is MemberState.STABLE:
+                status.state = MemberState.PREPARING_REBALANCE
+                status.cond.notify_all()
+        gone = tuple(tp for tp in owned if tp.topic not in self._spec.topics)
+        if gone:
+            self._call_listener("on_revoked", gone)
+            kept = tuple(tp for tp in owned if tp.topic in self._spec.topics)
+            status.update(assignment=kept, owned=(kept, owned_generation))
+
     def _lose(self, error: GroupError) -> None:
         """The generation is gone: invalidate it first, then on_fenced + on_revoked(lost), then rejoin."""
         log.warning("group %s: generation lost: %s", self.config.group_id, error)
@@ -333,6 +394,7 @@ class MemberLoop:
         with status.cond:
             partitions = status.assignment
             status.assignment, status.generation, status.owned = (), NO_GENERATION, ((), -1)
+            status.commit_generation = NO_GENERATION
             status.state, status.rejoin_reason = MemberState.FENCED, f"fenced: {error.condition}"
             if isinstance(error, UnknownMemberId):
                 status.member_id = ""
@@ -376,5 +438,5 @@ class MemberLoop:
         finally:
             self._client.close()
             self._callbacks.shutdown()
-            status.update(assignment=(), generation=NO_GENERATION,
+            status.update(assignment=(), generation=NO_GENERATION, commit_generation=NO_GENERATION,
                           state=MemberState.FAILED if status.failure else MemberState.CLOSED)

@@ -13,6 +13,21 @@ A :class:`RebalanceRound` is single-use, like aiokafka's ``CoordinatorGroupRebal
 3. SyncGroup returns this member's assignment, decoded and handed to the assignor's
    ``on_assignment``.
 
+Rebalance protocol (``JoinSpec.protocol``, Kafka's ``ConsumerCoordinator.protocol``: the highest
+protocol every configured assignor supports). The subscription's ``owned_partitions``: a
+cooperative member sends what it still owns (it keeps its partitions while it rejoins), with the
+generation it got them in. An eager member has revoked everything before it joins, so, as in
+Kafka, it sends no owned partitions to an assignor that supports the cooperative protocol (that
+assignor would otherwise withhold partitions "changing owner" that nobody revokes); to an
+eager-only assignor it still sends its last assignment, the stickiness input of this package's
+``sticky`` assignor (Kafka's eager ``StickyAssignor`` carries the same in its user data).
+
+The leader validates the assignment with the group's protocol: its own protocol; or, while a
+group is half-way through the rolling switch to cooperative (this leader still eager, the chosen
+assignor cooperative-capable and some member reporting owned partitions, i.e. a cooperative
+member), the cooperative rules, so a partition withheld from a cooperative owner (it revokes it
+and rejoins) is allowed, as Kafka's eager leader allows it.
+
 Errors are raised as :mod:`groupmgr.group_errors` classes; the caller (the member) decides whether to
 retry, rejoin with a reset member id, or stop. ``member_id`` is kept up to date on the round object
 even when ``run`` raises. Not thread-safe: used by the member's thread only.
@@ -26,8 +41,8 @@ from typing import Mapping, Sequence
 from kafka.protocol.consumer import (HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
                                      SyncGroupRequest)
 
-from groupmgr.assignors import (AssignorFailedError, PartitionAssignor, Subscription, TopicPartition,
-                                run_assignor)
+from groupmgr.assignors import (COOPERATIVE, EAGER, AssignorFailedError, PartitionAssignor, Subscription,
+                                TopicPartition, run_assignor)
 from groupmgr.consumer_protocol import (LATEST_VERSION, PROTOCOL_TYPE, decode_assignment,
                                         decode_subscription, encode_assignment, encode_subscription)
 from groupmgr.coordinator_client import CoordinatorClient
@@ -50,6 +65,7 @@ class JoinSpec:
     rebalance_timeout_ms: int
     group_instance_id: str | None = None
     rack_id: str | None = None
+    protocol: str = EAGER  # this member's rebalance protocol: rebalance_protocol(assignors)
 
     @property
     def join_timeout_s(self) -> float:
@@ -71,8 +87,9 @@ class RoundResult:
 class RebalanceRound:
     """One JoinGroup/SyncGroup exchange for ``member_id`` (empty for a brand-new member).
 
-    ``owned`` / ``owned_generation_id``: what this member owned before (sent in the subscription
-    for sticky assignors); ``reason`` goes into JoinGroup v8+ (shown in broker logs).
+    ``owned`` / ``owned_generation_id``: what this member owns (cooperative) or owned before
+    (eager) and the generation it got them in (see the module doc for what is sent to which
+    assignor); ``reason`` goes into JoinGroup v8+ (shown in broker logs).
     """
 
     def __init__(self, client: CoordinatorClient, spec: JoinSpec, member_id: str,
@@ -132,8 +149,11 @@ class RebalanceRound:
 
     def _metadata(self, assignor: PartitionAssignor) -> bytes:
         topics = self.spec.topics
+        owned = self._owned
+        if self.spec.protocol != COOPERATIVE and COOPERATIVE in _protocols(assignor):
+            owned = ()  # eager: revoked before joining; a cooperative assignor must not see old claims
         subscription = Subscription(topics, user_data=assignor.subscription_user_data(topics),
-                                    owned_partitions=self._owned, rack_id=self.spec.rack_id,
+                                    owned_partitions=owned, rack_id=self.spec.rack_id,
                                     generation_id=self._owned_generation_id)
         return encode_subscription(subscription, LATEST_VERSION)
 
@@ -160,10 +180,23 @@ class RebalanceRound:
     def _assign(self, protocol: str, subscriptions: Mapping[str, Subscription],
                 counts: Mapping[str, int], join) -> dict[str, bytes]:
         """Validated assignment bytes per member; raises (and nothing is sent) if the assignor fails."""
-        assignment = run_assignor(self._assignor(protocol), counts, subscriptions)
+        assignor = self._assignor(protocol)
+        assignment = run_assignor(assignor, counts, subscriptions,
+                                  protocol=self._group_protocol(assignor, subscriptions))
         versions = {m.member_id: _subscription_version(m.metadata) for m in join.members}
         return {member: encode_assignment(parts, version=min(LATEST_VERSION, versions[member]))
                 for member, parts in assignment.items()}
+
+    def _group_protocol(self, assignor: PartitionAssignor, subscriptions: Mapping[str, Subscription]) -> str:
+        """The rebalance protocol the leader validates with (module doc): its own, or cooperative
+        while cooperative members (reporting owned partitions) meet a cooperative-capable assignor."""
+        if self.spec.protocol == COOPERATIVE:
+            return COOPERATIVE
+        if COOPERATIVE in _protocols(assignor) and any(s.owned_partitions for s in subscriptions.values()):
+            log.info("group %s: eager leader, but members report owned partitions to %s: validating with "
+                     "the cooperative rules (rolling switch to cooperative)", self.spec.group_id, assignor.name)
+            return COOPERATIVE
+        return EAGER
 
     def _assignor(self, name: str | None) -> PartitionAssignor:
         for assignor in self.spec.assignors:
@@ -187,6 +220,10 @@ class RebalanceRound:
             return decode_assignment(response.assignment).partitions
 
         return self.client.send_once(request, check, timeout_s=self.spec.join_timeout_s)
+
+
+def _protocols(assignor: PartitionAssignor) -> tuple[str, ...]:
+    return tuple(getattr(assignor, "supported_protocols", (EAGER,)))
 
 
 def _subscription_version(metadata: bytes) -> int:

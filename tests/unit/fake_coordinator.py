@@ -272,3 +272,102 @@ def config(**overrides) -> MemberConfig:
                 retry_backoff_max_ms=20, request_timeout_ms=1000, metadata_max_age_ms=60000,
                 max_poll_interval_ms=3_600_000)
     return MemberConfig(**{**base, **overrides})
+
+
+class FakeGroup(FakeCoordinator):
+    """Several of OUR members in one group, like a broker's classic group.
+
+    JoinGroup waits (on ``cond``, releasing the lock) until every known member has rejoined, or
+    ``join_wait_s`` passed (then the missing ones are removed, as after a rebalance timeout); a join
+    marks a rebalance, so the others' heartbeats answer REBALANCE_IN_PROGRESS. The leader is the
+    first member (in join order) that rejoined; it alone gets the members' metadata. The protocol is
+    the leader's first one every joiner offers. A follower's SyncGroup waits for the leader's.
+    OffsetCommit takes the current generation, also while a rebalance is pending (PreparingRebalance),
+    and is refused with the old one once the new generation formed. LeaveGroup starts a rebalance.
+    ``members`` keeps join order. No phantoms.
+    """
+
+    def __init__(self, partitions: dict[str, int], join_wait_s: float = 3.0) -> None:
+        super().__init__(partitions)
+        self.join_wait_s = join_wait_s
+        self.joining: dict[str, tuple[str | None, dict[str, bytes]]] = {}
+        self.round = 0
+        self.results: dict[str, tuple] = {}  # member id -> (generation, leader, protocol, members)
+        self.syncs: dict[int, dict[str, bytes]] = {}  # generation -> assignments sent by its leader
+        self.history: list[dict[str, list]] = []  # decoded assignments per completed generation
+
+    def _JoinGroupRequest(self, r, v):
+        import time as _time
+        if not r.member_id and r.group_instance_id is None:
+            new_id = f"m-{next(self._ids)}"
+            self.pending.add(new_id)
+            return JoinGroupResponse(version=v, error_code=79, member_id=new_id)
+        if r.member_id not in self.members and r.member_id not in self.pending:
+            return JoinGroupResponse(version=v, error_code=25, member_id=r.member_id)
+        self.pending.discard(r.member_id)
+        self.members.setdefault(r.member_id, r.group_instance_id)
+        self.joining[r.member_id] = (r.group_instance_id, {p.name: p.metadata for p in r.protocols})
+        self.rebalance_pending = True
+        self.cond.notify_all()
+        my_round, deadline = self.round, _time.monotonic() + self.join_wait_s
+        while self.round == my_round:
+            missing = set(self.members) - set(self.joining)
+            remaining = deadline - _time.monotonic()
+            if not missing or remaining <= 0:
+                for member_id in missing:
+                    self.members.pop(member_id, None)
+                self._complete_join()
+                break
+            self.cond.wait(remaining)
+        if r.member_id not in self.results:
+            return JoinGroupResponse(version=v, error_code=25, member_id=r.member_id)
+        generation, leader, protocol, members = self.results[r.member_id]
+        return JoinGroupResponse(version=v, error_code=0, generation_id=generation, protocol_type="consumer",
+                                 protocol_name=protocol, leader=leader, member_id=r.member_id,
+                                 members=members if leader == r.member_id else [])
+
+    def _complete_join(self) -> None:
+        joined = [m for m in self.members if m in self.joining]
+        leader = joined[0]
+        offered = self.joining
+        protocol = next(n for n in offered[leader][1] if all(n in offered[m][1] for m in joined))
+        self.protocol = protocol
+        self.generation += 1
+        members = [JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=offered[m][0],
+                                                            metadata=offered[m][1][protocol]) for m in joined]
+        self.results = {m: (self.generation, leader, protocol, members) for m in joined}
+        self.joining = {}
+        self.rebalance_pending = False
+        self.round += 1
+        self.cond.notify_all()
+
+    def _SyncGroupRequest(self, r, v):
+        import time as _time
+        from groupmgr.consumer_protocol import decode_assignment
+        code = self._check_member(r.member_id, r.generation_id)
+        if code:
+            return SyncGroupResponse(version=v, error_code=code, assignment=b"")
+        if r.assignments:
+            self.syncs[r.generation_id] = {a.member_id: a.assignment for a in r.assignments}
+            self.last_sync_assignments = self.syncs[r.generation_id]
+            self.history.append({m: list(decode_assignment(a).partitions)
+                                 for m, a in self.last_sync_assignments.items()})
+            self.cond.notify_all()
+        deadline = _time.monotonic() + self.join_wait_s
+        while r.generation_id not in self.syncs:
+            code = self._check_member(r.member_id, r.generation_id)
+            remaining = deadline - _time.monotonic()
+            if code or remaining <= 0:
+                return SyncGroupResponse(version=v, error_code=code or 27, assignment=b"")
+            self.cond.wait(remaining)
+        return SyncGroupResponse(version=v, error_code=0, protocol_type="consumer", protocol_name=self.protocol,
+                                 assignment=self.syncs[r.generation_id].get(r.member_id, b""))
+
+    def _LeaveGroupRequest(self, r, v):
+        for m in r.members:
+            if m.member_id in self.members:
+                self.members.pop(m.member_id)
+                self.joining.pop(m.member_id, None)
+                self.rebalance_pending = bool(self.members)
+        self.cond.notify_all()
+        return LeaveGroupResponse(version=v, error_code=0, members=[])
