@@ -106,16 +106,25 @@ class MemberProcess:
 
 class SteadyProducer:
     """Produces small JSON records round-robin over a topic's partitions until stopped; records
-    the acknowledged (topic, partition, offset) set. ``settings`` add producer settings."""
+    the acknowledged (topic, partition, offset) set and, in ``acked_ids``, the record ``id`` at each
+    of them. ``settings`` add producer settings; ids count up from ``first_id`` (give producers of
+    one test disjoint ranges to tell their records apart, e.g. across a topic's incarnations)."""
 
-    def __init__(self, bootstrap: str, topic: str, rate_per_s: int = 400, settings: dict | None = None):
+    def __init__(self, bootstrap: str, topic: str, rate_per_s: int = 400, settings: dict | None = None,
+                 first_id: int = 0):
         self.topic, self.rate = topic, rate_per_s
         self.acked: set[tuple[str, int, int]] = set()
+        self.acked_ids: dict[tuple[str, int, int], int] = {}
         self._stop = threading.Event()
         self._producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
                                    "log_level": 3, **(settings or {})})
         self._thread = threading.Thread(target=self._run, daemon=True)
-        self._next = 0
+        self._next = self.first_id = first_id
+
+    @property
+    def sent(self) -> int:
+        """How many records were handed to the producer so far."""
+        return self._next - self.first_id
 
     def start(self) -> "SteadyProducer":
         self._thread.start()
@@ -132,17 +141,26 @@ class SteadyProducer:
         i = self._next
         self._next += 1
         self._producer.produce(self.topic, key=f"k{i % 31}", value=f'{{"id": {i}, "name": "n{i}"}}',
-                               on_delivery=self._on_delivery)
+                               on_delivery=lambda err, msg: self._on_delivery(err, msg, i))
 
-    def _on_delivery(self, err, msg) -> None:
+    def _on_delivery(self, err, msg, record_id: int | None = None) -> None:
         if err is None:
-            self.acked.add((msg.topic(), msg.partition(), msg.offset()))
+            coordinates = (msg.topic(), msg.partition(), msg.offset())
+            self.acked.add(coordinates)
+            if record_id is not None:
+                self.acked_ids[coordinates] = record_id
 
     def stop(self) -> set[tuple[str, int, int]]:
         self._stop.set()
         self._thread.join(30)
         assert self._producer.flush(60) == 0
         return self.acked
+
+    def halt(self) -> None:
+        """Stop producing without waiting for deliveries (cleanup after a failed test)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(30)
 
 
 class BrokerNode:
