@@ -17,6 +17,9 @@ class StaticMember:
     def raise_if_failed(self) -> None:
         return None
 
+    def poll(self) -> None:
+        """The application is alive: a fixed assignment has no poll timer to restart."""
+
     def committed(self, partitions):
         return {tp: None for tp in partitions}
 
