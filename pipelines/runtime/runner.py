@@ -436,7 +436,7 @@ class PipelineRunner:
             log.debug("checking stopped partitions failed: %s", exc)
             checks = PartitionChecks([s.verdict for tp, s in self._stopped.items() if tp in due])
         if any(v.runs for v in checks.verdicts):
-            self._stop_query()
+            self._stop_query(graceful=True)
             self._pending_start, self._retry_at = True, 0.0
         else:
             others = [s.verdict for tp, s in self._stopped.items() if tp not in due]
