@@ -82,7 +82,8 @@ class ListenerDispatcher:
         ``keep_alive()`` is called each time one is due while the callback runs.
         """
         deadline = self._clock() + self._bound_s
-        future = self._executor.submit(self._run, hook, args, deadline)
+        last_fault: list[Fault] = []
+        future = self._executor.submit(self._run, hook, args, deadline, last_fault)
         while True:
             remaining = deadline - self._clock()
             beat = next_heartbeat_s()
@@ -95,17 +96,25 @@ class ListenerDispatcher:
                 fault = classify_kafka(exc)
                 if fault is None or not fault.transient:
                     raise ListenerError(hook, exc) from exc
-                log.warning("listener %s: transient %s persisted for %.1fs; continuing without it",
-                            hook, fault.headline(), self._bound_s)
+                self._log_persisted(hook, fault)
                 return
             if self._clock() >= deadline:
-                log.warning("listener %s still running after %.1fs; continuing", hook, self._bound_s)
+                if last_fault:  # still retrying the same transient fault: say which
+                    self._log_persisted(hook, last_fault[-1])
+                else:
+                    log.warning("listener %s still running after %.1fs; continuing", hook, self._bound_s)
                 return
             keep_alive()
 
-    def _run(self, hook: str, args: tuple, deadline: float) -> None:
-        """On the listener thread: the callback, retried on transient Kafka faults until ``deadline``."""
+    def _log_persisted(self, hook: str, fault: Fault) -> None:
+        log.warning("listener %s: transient %s persisted for %.1fs; continuing without it",
+                    hook, fault.headline(), self._bound_s)
+
+    def _run(self, hook: str, args: tuple, deadline: float, last_fault: list[Fault]) -> None:
+        """On the listener thread: the callback, retried on transient Kafka faults until ``deadline``;
+        each fault retried is appended to ``last_fault`` (read by the waiting member thread)."""
         def retrying(fault: Fault, attempt: int, delay: float) -> None:
+            last_fault.append(fault)
             log.warning("listener %s: transient %s; retry %d in %.1fs", hook, fault.headline(), attempt, delay)
 
         call_with_retries(lambda: getattr(self._listener, hook)(*args), classify_kafka,
