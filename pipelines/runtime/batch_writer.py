@@ -25,6 +25,8 @@ Runs on the Spark driver, in the query's thread; not shared between queries.
 from __future__ import annotations
 
 import functools
+import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -55,6 +57,41 @@ class BatchHooks:
 
 
 NO_HOOKS = BatchHooks()
+log = logging.getLogger(__name__)
+
+
+class BatchGate:
+    """The batch boundary of one query: :meth:`close` waits for a micro-batch that is writing to
+    finish, and from then on every micro-batch Spark starts writes and commits nothing (the query
+    is about to be stopped; the next owner resumes from the tables, so nothing is lost).
+
+    Spark runs a late micro-batch right after the previous one when batches take longer than the
+    trigger interval, so "no trigger active" may never be observed; the gate needs no such moment.
+    Thread safety: :meth:`enter`/:meth:`exit` on the query thread, :meth:`close` on any thread."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._writing = False
+        self._closed = False
+
+    def enter(self) -> bool:
+        """Query thread, before a batch writes: False once closed (the batch must write nothing)."""
+        with self._cond:
+            self._writing = not self._closed
+            return self._writing
+
+    def exit(self) -> None:
+        """Query thread, after the batch ended (committed, refused or failed)."""
+        with self._cond:
+            self._writing = False
+            self._cond.notify_all()
+
+    def close(self, bound_s: float) -> bool:
+        """Let no further batch write; wait at most ``bound_s`` for a writing one to end. True when
+        none is writing any more (False: the bound passed, a stop will cancel the batch)."""
+        with self._cond:
+            self._closed = True
+            return self._cond.wait_for(lambda: not self._writing, bound_s)
 
 
 @dataclass(frozen=True)
@@ -227,8 +264,18 @@ class BatchWriter:
         self.fmt, self.transform, self.targets = fmt, transform, targets
         self.offset_log, self.commit_kafka, self.report = offset_log, commit_kafka, report
         self.refused, self.hooks, self.check_sources = refused, hooks, check_sources
+        self.gate = BatchGate()
 
     def __call__(self, batch_df, batch_id: int) -> None:
+        if not self.gate.enter():
+            log.debug("batch %d not written: the query is stopping at a batch boundary", batch_id)
+            return
+        try:
+            self._write(batch_df, batch_id)
+        finally:
+            self.gate.exit()
+
+    def _write(self, batch_df, batch_id: int) -> None:
         started = time.monotonic()
         ranges = self.offset_log.ranges(batch_id)
         batch = self._prepare(batch_df)

@@ -47,7 +47,8 @@ from groupmgr.kafka_faults import Backoff, Fault, FaultKind
 from groupmgr.member import GroupMember, MemberConfig
 from groupmgr.server_assignment import CONSUMER_GROUP, GroupRunByBroker, group_type_of
 from pipelines.runtime import streaming_query as queries
-from pipelines.runtime.batch_writer import NO_HOOKS, BatchHooks, BatchReport, BatchWriter, TableTargets
+from pipelines.runtime.batch_writer import (NO_HOOKS, BatchGate, BatchHooks, BatchReport, BatchWriter,
+                                            TableTargets)
 from pipelines.runtime.broker_probe import BrokerProbe
 from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
 from pipelines.runtime.failure_rules import RestartPolicy, Verdict, classify_failure
@@ -145,6 +146,7 @@ class PipelineRunner:
         """The query and failure state (no I/O), set before the member can call back."""
         self._lock = threading.RLock()
         self._query = None
+        self._gate: BatchGate | None = None     # the running query's batch boundary
         self._checkpoint = None
         self._owned: tuple[TopicPartition, ...] = ()
         self._generation: Generation | None = None
@@ -154,6 +156,8 @@ class PipelineRunner:
         self._restarts = RestartPolicy(Backoff(RESTART_BACKOFF_S, RESTART_BACKOFF_MAX_S), MAX_UNKNOWN_RESTARTS,
                                        time.monotonic, lambda exc: classify_failure(exc, queries.failure_text(exc)))
         self._batch_done = False                 # set by the query thread after a committed batch
+        self._batches_reported = 0               # committed batches (query thread increments)
+        self._batches_at_poll = 0                # ... as seen at the last poll (main thread)
         self._started_at = 0.0
         self._fatal: BaseException | None = None  # a permanent failure for run() to raise
         self._run_by_broker = False              # the group is a consumer-protocol (KIP-848) group
@@ -233,17 +237,20 @@ class PipelineRunner:
 
     # -- internals --------------------------------------------------------------------------------
     def _poll_between_batches(self) -> None:
-        """Main thread: tell the member the application is alive (Kafka's ``poll()``) unless a
-        micro-batch is running. A batch that runs longer than ``group.rebalance_timeout`` (the
-        member's ``max_poll_interval``) therefore makes the member leave the group, so its
-        partitions move to the others; it rejoins at the first poll once the batch has ended or
-        its query was stopped. Lock-free: a listener stuck stopping the query cannot delay it."""
-        query = self._query
+        """Main thread: tell the member the application is alive (Kafka's ``poll()``) when no
+        micro-batch is running or one was committed since the last poll (a backlog runs batches
+        back to back, with no idle moment between them). A batch that runs longer than
+        ``group.rebalance_timeout`` (the member's ``max_poll_interval``) therefore makes the member
+        leave the group, so its partitions move to the others; it rejoins at the first poll once
+        the batch has ended or its query was stopped. Lock-free: a listener stuck stopping the
+        query cannot delay it."""
+        query, committed = self._query, self._batches_reported
         try:
             busy = query is not None and bool(query.status["isTriggerActive"])
         except Exception:  # noqa: BLE001 - a query that cannot answer is not making progress
             busy = query is not None
-        if not busy:
+        if not busy or committed != self._batches_at_poll:
+            self._batches_at_poll = committed
             self.member.poll()
 
     def _check_server_assignment(self) -> None:
@@ -347,6 +354,7 @@ class PipelineRunner:
                              CheckpointOffsetLog(self._checkpoint, offsets, self.fs.read_text),
                              self._commit_kafka, self._on_batch, self._on_refused, self.hooks,
                              check_sources=self._check_sources)
+        self._gate = writer.gate
         self._query = queries.start_query(self.spark, self.tables.source_options, offsets, writer,
                                           self._checkpoint, self.tables.trigger,
                                           f"{self.config.name}-{_label(self._generation)}")
@@ -460,14 +468,15 @@ class PipelineRunner:
     def _stop_query(self, graceful: bool = False) -> None:
         """Stop the query (``graceful``: first let a running micro-batch finish, at most
         :data:`GRACEFUL_STOP_S`) and drop its checkpoint."""
-        if self._query is not None and graceful:
-            _wait_for_batch_boundary(self._query, GRACEFUL_STOP_S)
+        if self._query is not None and graceful and self._gate is not None:
+            if not self._gate.close(GRACEFUL_STOP_S):
+                log.warning("a micro-batch still ran after %.0fs; stopping the query cancels it", GRACEFUL_STOP_S)
         if self._query is not None:
             try:
                 self._query.stop()
             except Exception as exc:  # noqa: BLE001 - stopping a failed query may raise again
                 log.debug("stopping query: %s", exc)
-            self._query = None
+            self._query, self._gate = None, None
         if self._checkpoint is not None:
             queries.remove_checkpoint(self.fs, self._checkpoint)
             self._checkpoint = None
@@ -480,6 +489,7 @@ class PipelineRunner:
     def _on_batch(self, report: BatchReport) -> None:
         """Report the batch with the lag of its partitions (log end - next offset to read)."""
         self._batch_done = True  # a committed batch ends a failure streak (read by the main thread)
+        self._batches_reported += 1
         try:
             latest = self.probe.latest(r.tp for r in report.ranges)
         except Exception:  # noqa: BLE001 - lag is informative only; the batch is committed
@@ -495,20 +505,6 @@ class PipelineRunner:
             self.progress.note(f"Kafka offset commit refused ({type(exc).__name__}: {exc}); "
                                "the Delta table is authoritative, the next owner resumes from it")
             return False
-
-
-def _wait_for_batch_boundary(query, bound_s: float, poll_s: float = 0.05) -> None:
-    """Return when ``query`` runs no micro-batch (or after ``bound_s``): stopping it then cancels
-    no work (a trigger starting right after is cancelled, and its batch replayed by the next
-    owner; exactly-once does not depend on this)."""
-    deadline = time.monotonic() + bound_s
-    while time.monotonic() < deadline:
-        try:
-            if not query.isActive or not query.status["isTriggerActive"]:
-                return
-        except Exception:  # noqa: BLE001 - a query that cannot answer is stopped as it is
-            return
-        time.sleep(poll_s)
 
 
 def _with_int_timestamps(schema: pa.Schema) -> pa.Schema:

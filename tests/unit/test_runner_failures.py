@@ -2,10 +2,13 @@
 running the query is retried with backoff forever and never ends the member; a permanent one ends
 it with its named condition; unrecognised failures get a bounded number of restarts
 (pipelines/runtime/runner.py, docs/DESIGN.md invariant 9)."""
+import threading
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from groupmgr.core import TopicPartition
+from pipelines.runtime.batch_writer import BatchGate
 from pipelines.runtime.progress import ProgressPrinter
 from pipelines.runtime.runner import MAX_UNKNOWN_RESTARTS, PermanentFault, PipelineRunner, QueryFailedRepeatedly
 from pipelines.runtime.start_offsets import NoStartingOffsetError
@@ -51,7 +54,7 @@ class Harness:
         outcome = self.starts.pop(0) if self.starts else RunningQuery()
         if isinstance(outcome, BaseException):
             raise outcome
-        self.runner._query = outcome
+        self.runner._query, self.runner._gate = outcome, BatchGate()
 
     def due(self):
         """Let the backoff pass, then one look by the main thread."""
@@ -213,15 +216,15 @@ def test_a_stopped_partition_is_rechecked_and_resumes_by_itself_while_the_others
 
 
 class CountingQuery(RunningQuery):
-    """A running query that counts stops; ``busy`` scripts isTriggerActive answers."""
+    """A running query that counts stops; ``busy`` is its isTriggerActive answer."""
 
-    def __init__(self, busy=()):
+    def __init__(self, busy=False):
         super().__init__()
-        self.stops, self.busy = 0, list(busy)
+        self.stops, self.busy = 0, busy
 
     @property
     def status(self):
-        return {"isTriggerActive": self.busy.pop(0) if self.busy else False}
+        return {"isTriggerActive": self.busy}
 
     def stop(self):
         self.stops += 1
@@ -247,9 +250,42 @@ def test_a_cooperative_revoke_drops_only_the_partitions_that_leave():
 
 
 def test_a_changed_assignment_restarts_at_a_batch_boundary():
-    query = CountingQuery(busy=[True, True, False])
+    query = CountingQuery(busy=True)
     h = Harness(query)
     h.runner.on_assigned(1, TPS[:1])
-    h.runner.on_assigned(2, TPS)  # gained a partition: the query restarts over both
-    assert query.stops == 1 and query.busy == []  # it waited until no batch ran
-    assert h.runner._owned == TPS
+    gate = h.runner._gate
+    assert gate.enter()  # the query thread is writing a micro-batch
+    reassign = threading.Thread(target=h.runner.on_assigned, args=(2, TPS))  # gained a partition
+    reassign.start()
+    reassign.join(0.3)
+    assert reassign.is_alive() and query.stops == 0  # it waits for the batch to end
+    gate.exit()
+    reassign.join(10)
+    assert not reassign.is_alive() and query.stops == 1 and h.runner._owned == TPS
+    assert not gate.enter()  # a batch Spark starts before the stop lands writes nothing
+
+
+class PollCounter:
+    def __init__(self):
+        self.polls = 0
+
+    def poll(self):
+        self.polls += 1
+
+
+def test_back_to_back_batches_still_poll_once_per_committed_batch():
+    """A backlog runs micro-batches with no idle moment between them: each committed batch is a
+    poll, and a batch that never ends is none (so the poll timer can expire)."""
+    h = Harness(CountingQuery(busy=True))
+    h.runner.member = PollCounter()
+    h.runner.on_assigned(1, TPS)
+    h.runner._poll_between_batches()
+    assert h.runner.member.polls == 0  # a trigger is running and no batch was committed yet
+    for committed in (1, 2):
+        h.runner._batches_reported += 1  # as _on_batch does on the query thread
+        h.runner._poll_between_batches()
+        h.runner._poll_between_batches()
+        assert h.runner.member.polls == committed
+    h.runner._query.busy = False
+    h.runner._poll_between_batches()
+    assert h.runner.member.polls == 3  # idle between triggers: poll
