@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from groupmgr.core import TopicPartition
 from groupmgr.describe import describe_group, format_table, to_json
 from pipelines.cli.arguments import BadArgumentsError
+from pipelines.runtime.partition_checks import STOPPED_METADATA
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,6 @@ class PipelinePartition:
     status: str = ""   # "" while it flows; "stopped: <CONDITION>: <detail>" when its owner stopped it
 
 
-STOPPED_METADATA = "scg:stopped:"  # the prefix the runner commits for a stopped partition
 
 
 def describe_command(args) -> int:
@@ -47,7 +47,7 @@ def describe_command(args) -> int:
 def _describe_pipeline(path: str, as_json: bool) -> int:
     from pipelines.config import load_pipeline
     from pipelines.runtime.runner import resolve_topics
-    from pipelines.runtime.watermarks import watermarks
+    from pipelines.runtime.broker_probe import BrokerProbe
     from sinks.data_files import unreferenced_files
     from sinks.txn_table import read_recorded_offsets
 
@@ -57,7 +57,11 @@ def _describe_pipeline(path: str, as_json: bool) -> int:
     partitions = _topic_partitions(config, resolve_topics(config))
     delta = read_recorded_offsets(config.sink.path, config.name, partitions,
                                   config.storage.delta_storage_options())
-    _, log_end = watermarks(config.kafka.confluent_config(), partitions)
+    probe = BrokerProbe(config.kafka.confluent_config())
+    try:
+        log_end = probe.latest(partitions)  # a partition the brokers cannot answer for shows no lag
+    finally:
+        probe.close()
     group = {(p.topic, p.partition): p for p in desc.partitions}
     rows = [_row(tp, delta.get(tp), group.get(tuple(tp)), log_end.get(tp)) for tp in partitions]
     orphans = {path: _unreferenced(unreferenced_files, path, config.storage.delta_storage_options())

@@ -111,11 +111,15 @@ def _run_until_complete(config, expected: int) -> int:
 def _all_recorded(runner, config, expected: int):
     """A predicate: the table's recorded offsets reach the log end of every partition."""
     from groupmgr.core import TopicPartition
-    from pipelines.runtime.watermarks import watermarks
+    from pipelines.runtime.broker_probe import BrokerProbe
 
     topic = config.topics[0]
     partitions = [TopicPartition(topic, p) for p in range(_partition_count(config, topic))]
-    _, latest = watermarks(config.kafka.confluent_config(), partitions)
+    probe = BrokerProbe(config.kafka.confluent_config())
+    try:
+        latest = probe.latest(partitions)
+    finally:
+        probe.close()
 
     def done() -> bool:
         recorded = runner.tables.table.recorded_offsets(partitions)

@@ -3,8 +3,9 @@
 Commit order (docs/DESIGN.md invariants 3, 4, 6, 8), per micro-batch:
 
 1. the planned offset ranges are read from the query's checkpoint offset log (not from the rows);
-   once the rows are read, ``check_sources`` confirms the source is the one the query started on
-   (no topic recreated, no log gone back), else the batch fails before any commit;
+   once the rows are read (by the first table's write; the second reads them from Spark's cache),
+   ``check_sources`` confirms the source is the one the query started on (no topic recreated, no
+   log gone back), else the batch fails before any commit;
 2. dead letters are committed to the dead-letter table (exactly once, per-partition txn);
 3. good rows are committed to the output table in ONE Delta commit with per-partition txn versions
    (see :class:`sinks.txn_table.TxnDeltaTable`); a fenced writer raises and writes nothing;
@@ -279,14 +280,15 @@ class BatchWriter:
         started = time.monotonic()
         ranges = self.offset_log.ranges(batch_id)
         batch = self._prepare(batch_df)
+        source_checked = functools.cache(lambda: self.check_sources(ranges))  # once the rows were read
         try:
             self.hooks.before_commit(batch_id, ranges)
             try:
                 dead_result = self._write_and_commit(self.targets.dead_table, batch.dead, ranges,
-                                                     self.targets.dead_epochs, batch_id)
+                                                     self.targets.dead_epochs, batch_id, source_checked)
                 output = batch.output(self._decided(ranges, dead_result))
                 result = self._write_and_commit(self.targets.table, output, ranges,
-                                                self.targets.epochs, batch_id)
+                                                self.targets.epochs, batch_id, source_checked)
             except FencedWriterError as refused:
                 self.refused(batch_id, refused)
                 raise
@@ -315,12 +317,12 @@ class BatchWriter:
         return DeadLetterDecisions(held, self.targets.dead_table.coordinates(held))
 
     def _write_and_commit(self, table: TxnDeltaTable, rows: BatchRows, ranges, epochs,
-                          batch_id: int) -> CommitResult:
+                          batch_id: int, check_sources: Callable[[], None]) -> CommitResult:
         writer = table.file_writer(file_prefix=f"part-b{batch_id}")
 
         def write(plan) -> WrittenFiles:
             written = rows.write(writer, plan.keep_from)
-            self.check_sources(ranges)  # the rows were read from the source the query started on
+            check_sources()  # the rows were read from the source the query started on
             self.hooks.files_written(batch_id, ranges, written)
             return written
 

@@ -37,6 +37,7 @@ LOG_TRUNCATED = "LOG_TRUNCATED"
 DATA_LOSS = "KAFKA_DATA_LOSS"
 NO_STARTING_OFFSET = "NO_STARTING_OFFSET"
 DATA_LOSS_REASON = "data_loss"  # the dead-letter reason of a lost-range marker row
+STOPPED_METADATA = "scg:stopped:"  # Kafka commit metadata prefix of a stopped partition (scg describe reads it)
 
 
 class SourceChanged(ScgError):

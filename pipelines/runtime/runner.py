@@ -53,9 +53,9 @@ from pipelines.runtime.broker_probe import BrokerProbe
 from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
 from pipelines.runtime.failure_rules import RestartPolicy, Verdict, classify_failure
 from pipelines.runtime.hadoop_fs import HadoopFileSystem
-from pipelines.runtime.partition_checks import (DATA_LOSS_REASON, LOG_TRUNCATED, TOPIC_RECREATED, PartitionLog,
-                                                PartitionVerdict, SourceChanged, check_partition,
-                                                lost_range_value)
+from pipelines.runtime.partition_checks import (DATA_LOSS_REASON, LOG_TRUNCATED, STOPPED_METADATA,
+                                                TOPIC_RECREATED, PartitionLog, PartitionVerdict, SourceChanged,
+                                                check_partition, lost_range_value)
 from pipelines.runtime.pipeline_spec import PipelineSpec
 from pipelines.runtime.pipeline_tables import open_tables
 from pipelines.runtime.progress import ProgressPrinter
@@ -70,7 +70,6 @@ MAX_UNKNOWN_RESTARTS = 5    # consecutive restarts after failures no rule recogn
 STABLE_AFTER_S = 60.0       # a query running this long (or a committed batch) ends a failure streak
 GRACEFUL_STOP_S = 30.0     # the longest a stop waits for a running micro-batch to finish
 STOPPED_RECHECK = Backoff(5.0, 60.0)  # how often a stopped partition is checked again
-STOPPED_METADATA = "scg:stopped:"     # Kafka commit metadata of a stopped partition (scg describe reads it)
 
 
 class QueryFailedRepeatedly(ScgError):

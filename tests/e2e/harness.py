@@ -83,12 +83,14 @@ class MemberProcess:
         return owned
 
     def signal(self, sig: int) -> None:
+        """``sig`` to the member's whole process group (its Spark JVM included)."""
         os.killpg(self.proc.pid, sig)
 
     def stop(self, timeout_s: float = 90.0) -> int:
-        """SIGTERM (clean: finish the batch, leave the group) and wait; SIGKILL past the bound."""
+        """SIGTERM to the `scg run` process, as a scheduler stops a driver (clean: finish the
+        batch, leave the group, stop Spark) and wait; SIGKILL the group past the bound."""
         if self.proc.poll() is None:
-            self.signal(signal.SIGTERM)
+            os.kill(self.proc.pid, signal.SIGTERM)
         try:
             return self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
