@@ -146,6 +146,7 @@ class PipelineRunner:
         self._lock = threading.RLock()
         self._query = None
         self._gate: BatchGate | None = None     # the running query's batch boundary
+        self._closing = False                   # run() is ending: no query starts any more
         self._checkpoint = None
         self._owned: tuple[TopicPartition, ...] = ()
         self._generation: Generation | None = None
@@ -230,6 +231,7 @@ class PipelineRunner:
                     break
         finally:
             with self._lock:
+                self._closing = True
                 self._stop_query(graceful=True)
             self.member.close()
             self.probe.close()
@@ -311,7 +313,12 @@ class PipelineRunner:
             return "restarting"
 
     def _try_start(self, what: str) -> None:
-        """Start the query over the owned partitions; a failure is classified (``_failed``)."""
+        """Start the query over the owned partitions; a failure is classified (``_failed``).
+        Once the member is stopping, an assignment that arrives before it left the group starts
+        nothing (the partitions' next owner resumes from the tables)."""
+        if self._closing:
+            self._pending_start = False
+            return
         try:
             self._start_query()
             self._pending_start, self._started_at = False, time.monotonic()

@@ -289,3 +289,10 @@ def test_back_to_back_batches_still_poll_once_per_committed_batch():
     h.runner._query.busy = False
     h.runner._poll_between_batches()
     assert h.runner.member.polls == 3  # idle between triggers: poll
+
+
+def test_an_assignment_while_the_member_stops_starts_no_query():
+    h = Harness(CountingQuery())
+    h.runner._closing = True  # run() is ending; the member has not left the group yet
+    h.runner.on_assigned(1, TPS)
+    assert h.runner._query is None and not h.runner._pending_start and len(h.starts) == 1
