@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
-from pipelines.runtime.records import REASON, RecordFormat, classify, dead_letters, good_rows
+from pipelines.runtime.records import KAFKA_ROW_DDL, REASON, RecordFormat, classify, dead_letters, good_rows
 from sinks.data_files import METADATA_DDL, DataFileWriter, WrittenFiles
 from sinks.txn_table import CommitResult, FencedWriterError, TxnDeltaTable
 
@@ -152,6 +152,23 @@ class ArrowRows:
 
     def write(self, writer: DataFileWriter, keep_from: Mapping[TopicPartition, int]) -> WrittenFiles:
         return writer.write(self.table.to_batches(), keep_from)
+
+
+WARM_UP_TOPIC = "scg-warm-up"
+
+
+def warm_up(spark, fmt: RecordFormat, transform: str | None, tables: TableTargets) -> None:
+    """Run a micro-batch's path once over one made-up record, before the member joins its group:
+    Spark generates the batch's code and starts its Python workers now, not in the first batch
+    after an assignment (a new member's first batch otherwise runs several times longer than the
+    next ones, and the partitions it takes over wait for it). Writes and commits nothing: no
+    partition is kept (``keep_from`` is empty), so no file is created."""
+    from datetime import datetime, timezone
+
+    record = (b"k", b"{}", WARM_UP_TOPIC, 0, 0, datetime.fromtimestamp(0, timezone.utc), 0)
+    batch = SparkBatch(classify(spark.createDataFrame([record], KAFKA_ROW_DDL), fmt), fmt, transform)
+    for rows, table in ((batch.dead, tables.dead_table), (batch.output(None), tables.table)):
+        rows.write(table.file_writer(file_prefix="warm-up"), {})
 
 
 RECORDED_DEAD_LETTER = "recorded_dead_letter"  # held by the dead-letter table already

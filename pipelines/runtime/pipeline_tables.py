@@ -24,11 +24,9 @@ from groupmgr.core import ExitCategory, ScgError
 
 from pipelines.runtime.batch_writer import apply_transform
 from pipelines.runtime.pipeline_spec import PipelineSpec
-from pipelines.runtime.records import RecordFormat, classify, dead_letters, good_rows
+from pipelines.runtime.records import KAFKA_ROW_DDL, RecordFormat, classify, dead_letters, good_rows
 from sinks.txn_table import STARTUP_STORAGE_OPTIONS, StorageUnavailable, TxnDeltaTable
 
-KAFKA_ROW_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
-                 "timestamp TIMESTAMP, timestampType INT")
 COORDINATE_COLUMNS = ("topic", "partition", "offset")
 KEY_BYTES = "key_bytes"
 UPGRADE_ATTEMPTS = 5

@@ -37,6 +37,10 @@ class RecordFormat:
     max_value_bytes: int              # longer values are dead letters (format.max_value_bytes)
 
 
+KAFKA_ROW_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
+                 "timestamp TIMESTAMP, timestampType INT")  # the rows of Spark's Kafka source
+
+
 def classify(kafka_rows: DataFrame, fmt: RecordFormat) -> DataFrame:
     """Kafka source rows → coordinates, raw key/value, parsed fields (json) and a reason column
     that is null for good rows."""

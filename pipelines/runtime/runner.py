@@ -48,7 +48,7 @@ from groupmgr.member import GroupMember, MemberConfig
 from groupmgr.server_assignment import CONSUMER_GROUP, GroupRunByBroker, group_type_of
 from pipelines.runtime import streaming_query as queries
 from pipelines.runtime.batch_writer import (NO_HOOKS, BatchGate, BatchHooks, BatchReport, BatchWriter,
-                                            TableTargets)
+                                            TableTargets, warm_up)
 from pipelines.runtime.broker_probe import BrokerProbe
 from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
 from pipelines.runtime.failure_rules import RestartPolicy, Verdict, classify_failure
@@ -218,6 +218,7 @@ class PipelineRunner:
         """Join the group and process until ``stop`` is set, ``until()`` is true, or (with an
         available-now trigger) every owned partition is caught up. Leaves the group on return."""
         stop = stop or threading.Event()
+        self._warm_up()
         self.progress.note(f"joining consumer group {self.config.group.id} "
                            f"(assignors {', '.join(self.config.group.assignors)})")
         self.member.start()
@@ -237,6 +238,19 @@ class PipelineRunner:
             self.probe.close()
 
     # -- internals --------------------------------------------------------------------------------
+    def _warm_up(self) -> None:
+        """Before joining: one made-up record through the batch path (:func:`warm_up`), so the
+        first batch after an assignment is as quick as the next ones. Best effort: a failure here
+        is the query's to report, when it meets it for real."""
+        started = time.monotonic()
+        try:
+            warm_up(self.spark, self.tables.record_format, self.config.transform,
+                    TableTargets(self.tables.table, self.tables.dead_table, {}, {}))
+        except Exception as exc:  # noqa: BLE001 - advisory: the real batch reports its own failure
+            log.debug("warming up the batch path failed: %s", exc)
+            return
+        self.progress.note(f"batch path warmed up in {time.monotonic() - started:.1f}s (nothing written)")
+
     def _poll_between_batches(self) -> None:
         """Main thread: tell the member the application is alive (Kafka's ``poll()``) when no
         micro-batch is running or one was committed since the last poll (a backlog runs batches

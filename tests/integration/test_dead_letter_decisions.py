@@ -10,8 +10,8 @@ import pytest
 
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.batch_writer import BatchHooks, BatchWriter, TableTargets
-from pipelines.runtime.pipeline_tables import KAFKA_ROW_DDL, arrow_schema
-from pipelines.runtime.records import RecordFormat, classify, dead_letters, good_rows
+from pipelines.runtime.pipeline_tables import arrow_schema
+from pipelines.runtime.records import KAFKA_ROW_DDL, RecordFormat, classify, dead_letters, good_rows
 from sinks.txn_table import TxnDeltaTable
 from tests.support.kafka_data import delta_coordinates
 
@@ -71,3 +71,21 @@ def test_a_batch_retried_with_a_new_size_limit_lands_each_record_once(spark, tmp
     assert sorted(out_rows + dead_rows) == [(TP.topic, TP.partition, o) for o in range(len(SIZES))]
     names = {r.offset: r.name for r in spark.read.format("delta").load(table.path).collect()}
     assert all(names[o] == "x" * SIZES[o] for o in names)      # output rows parsed in full
+
+
+def test_the_warm_up_runs_the_batch_path_and_writes_nothing(spark, tmp_path):
+    """pipelines.runtime.batch_writer.warm_up: a made-up record goes through classification, the
+    transform and both tables' executor-side writers; no file is written, no version committed."""
+    from pipelines.runtime.batch_writer import apply_transform, warm_up
+
+    fmt, transform = RecordFormat("json", SCHEMA, 100), "SELECT *, upper(name) AS shout FROM input"
+    empty = classify(spark.createDataFrame([], KAFKA_ROW_DDL), fmt)
+    table = TxnDeltaTable(str(tmp_path / "out"), "p", arrow_schema(apply_transform(good_rows(empty, fmt), transform)))
+    dead = TxnDeltaTable(str(tmp_path / "dead"), "p", arrow_schema(dead_letters(empty)))
+    table.snapshot(), dead.snapshot()  # created, as the runner's start-up does
+    before = {p: sorted(q.relative_to(p) for q in p.rglob("*")) for p in (tmp_path / "out", tmp_path / "dead")}
+    warm_up(spark, fmt, transform, TableTargets(table, dead, {}, {}))
+    after = {p: sorted(q.relative_to(p) for q in p.rglob("*")) for p in before}
+    assert after == before  # no data file, no log entry
+    with pytest.raises(Exception):  # a transform that does not analyse fails here, not silently
+        warm_up(spark, fmt, "SELECT nope FROM input", TableTargets(table, dead, {}, {}))
