@@ -22,7 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a pipeline as one member of its consumer group")
     run.add_argument("file")
-    sub.add_parser("validate", help="validate a pipeline file and exit").add_argument("file")
+    sub.add_parser("validate", help="validate pipeline files and exit (2 if any is invalid)") \
+        .add_argument("files", nargs="+", metavar="FILE")
     demo = sub.add_parser("demo", help="the main job end to end on an embedded local Kafka")
     demo.add_argument("--records", type=positive_int, default=20000)
     demo.add_argument("--partitions", type=positive_int, default=6)
@@ -74,7 +75,7 @@ def cmd_run(args) -> int:
 def cmd_validate(args) -> int:
     from pipelines.config import main_validate
 
-    return main_validate(args.file)
+    return max([main_validate(path) for path in args.files])  # every file checked, each one reported
 
 
 def cmd_demo(args) -> int:

@@ -17,8 +17,8 @@ SCG = str(PROJECT_ROOT / "bin" / "scg")
 PROGRESS = "analysing the transform"
 
 
-def _validate(path) -> subprocess.CompletedProcess:
-    return subprocess.run([SCG, "validate", str(path)], capture_output=True, text=True, timeout=600)
+def _validate(*paths) -> subprocess.CompletedProcess:
+    return subprocess.run([SCG, "validate", *map(str, paths)], capture_output=True, text=True, timeout=600)
 
 
 def _file(tmp_path, name: str, transform: str | None, partition_by: str = ""):
@@ -36,35 +36,38 @@ def _line_of(path, prefix: str) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if line.startswith(prefix))
 
 
-def _error_line(result) -> str:
+def _error_lines(result) -> list[str]:
     assert result.returncode == 2, result.stdout + result.stderr
-    errors = [line for line in result.stderr.splitlines() if re.match(r"^\S+\.yaml:\d+: ", line)]
-    assert len(errors) == 1, result.stderr
     assert PROGRESS in result.stderr and "Traceback" not in result.stderr
     assert "SQLQueryContextLogger" not in result.stderr and "\tat org.apache" not in result.stderr
-    return errors[0]
+    return [line for line in result.stderr.splitlines() if re.match(r"^\S+\.yaml:\d+: ", line)]
 
 
-@pytest.mark.parametrize("name, transform, partition_by, condition, field", [
+REJECTED = [
     ("drops", "SELECT id, name FROM input", "", "TRANSFORM_DROPS_COORDINATES", "transform"),
     ("unresolved", "SELECT topic, partition, offset, nope FROM input", "", "TRANSFORM_INVALID", "transform"),
     ("syntax", "SELECT topic, partition, offset FROM input WHERE id >", "", "TRANSFORM_INVALID", "transform"),
     ("partition", "SELECT topic, partition, offset, id FROM input", "name", "PARTITION_COLUMN_NOT_IN_OUTPUT",
      "sink.partition_by[0]"),
-])
-def test_validate_names_what_run_would_reject(tmp_path, name, transform, partition_by, condition, field):
-    path = _file(tmp_path, name, transform, partition_by)
-    line = _line_of(path, "transform:") if field == "transform" else _line_of(path, "  partition_by:")
-    error = _error_line(_validate(path))
-    assert error.startswith(f"{path}:{line}: {field}: [{condition}] "), error
+]
 
 
-def test_a_transform_that_keeps_the_coordinates_validates(tmp_path):
-    path = _file(tmp_path, "good", "SELECT topic, partition, offset, upper(name) AS name, key_bytes FROM input",
+def test_validate_names_what_run_would_reject_and_passes_a_good_transform(tmp_path):
+    """One ``scg validate`` over several files (one Spark JVM): one error line per rejected file,
+    "OK" for the good one, exit 2 because some are invalid."""
+    expected = []
+    for name, transform, partition_by, condition, field in REJECTED:
+        path = _file(tmp_path, name, transform, partition_by)
+        line = _line_of(path, "transform:") if field == "transform" else _line_of(path, "  partition_by:")
+        expected.append(f"{path}:{line}: {field}: [{condition}] ")
+    good = _file(tmp_path, "good", "SELECT topic, partition, offset, upper(name) AS name, key_bytes FROM input",
                  partition_by="partition")
-    result = _validate(path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.startswith("OK ") and PROGRESS in result.stderr
+    result = _validate(*[tmp_path / f"{case[0]}.yaml" for case in REJECTED], good)
+    errors = _error_lines(result)
+    assert len(errors) == len(REJECTED), result.stderr
+    for error, start in zip(errors, expected):
+        assert error.startswith(start), error
+    assert result.stdout.startswith("OK ") and len(result.stdout.splitlines()) == 1, result.stdout
 
 
 def test_a_file_without_a_transform_starts_no_spark(tmp_path):
