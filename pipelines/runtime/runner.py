@@ -240,8 +240,8 @@ class PipelineRunner:
     # -- internals --------------------------------------------------------------------------------
     def _warm_up(self) -> None:
         """Before joining: one made-up record through the batch path (:func:`warm_up`), so the
-        first batch after an assignment is as quick as the next ones. Best effort: a failure here
-        is the query's to report, when it meets it for real."""
+        first batch after an assignment pays less of Spark's first-use cost. Best effort: a
+        failure here is the query's to report, when it meets it for real."""
         started = time.monotonic()
         try:
             warm_up(self.spark, self.tables.record_format, self.config.transform,
