@@ -496,7 +496,8 @@ class PipelineRunner:
                 self._query.stop()
             except Exception as exc:  # noqa: BLE001 - stopping a failed query may raise again
                 log.debug("stopping query: %s", exc)
-            self._query, self._gate = None, None
+            self._query = None
+        self._gate = None
         if self._checkpoint is not None:
             queries.remove_checkpoint(self.fs, self._checkpoint)
             self._checkpoint = None
