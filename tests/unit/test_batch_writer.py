@@ -65,6 +65,17 @@ def test_refused_batch_commits_nothing_to_kafka():
     assert calls == ["dead", "table", "refused", "released"]
 
 
+def test_a_closed_gate_lets_the_writing_batch_finish_and_the_next_write_nothing():
+    """The batch boundary (BatchGate): a batch that entered commits in full; once the gate is
+    closed a batch Spark still starts reads nothing and commits nothing, to Delta or Kafka."""
+    calls = []
+    writer = make_writer(calls)
+    writer(None, 0)
+    assert writer.gate.close(1.0)  # no batch is writing: closed at once
+    writer(None, 1)
+    assert calls == ["dead", "table", "released", ("kafka", {TopicPartition("t", 0): 5}, "delta:7"), "report"]
+
+
 # -- against real Delta tables (deltalake on tmp_path; only the Spark part, _prepare, is stubbed) --
 OUT_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                         ("value", pa.binary())])
