@@ -47,7 +47,7 @@ def describe_command(args) -> int:
 def _describe_pipeline(path: str, as_json: bool) -> int:
     from pipelines.config import load_pipeline
     from pipelines.runtime.runner import resolve_topics
-    from pipelines.runtime.broker_probe import BrokerProbe
+    from pipelines.runtime.broker_probe import log_end_offsets
     from sinks.data_files import unreferenced_files
     from sinks.txn_table import read_recorded_offsets
 
@@ -57,11 +57,7 @@ def _describe_pipeline(path: str, as_json: bool) -> int:
     partitions = _topic_partitions(config, resolve_topics(config))
     delta = read_recorded_offsets(config.sink.path, config.name, partitions,
                                   config.storage.delta_storage_options())
-    probe = BrokerProbe(config.kafka.confluent_config())
-    try:
-        log_end = probe.latest(partitions)  # a partition the brokers cannot answer for shows no lag
-    finally:
-        probe.close()
+    log_end = log_end_offsets(config.kafka.confluent_config(), partitions)  # unanswered: no lag shown
     group = {(p.topic, p.partition): p for p in desc.partitions}
     rows = [_row(tp, delta.get(tp), group.get(tuple(tp)), log_end.get(tp)) for tp in partitions]
     orphans = {path: _unreferenced(unreferenced_files, path, config.storage.delta_storage_options())

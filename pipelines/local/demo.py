@@ -111,15 +111,11 @@ def _run_until_complete(config, expected: int) -> int:
 def _all_recorded(runner, config, expected: int):
     """A predicate: the table's recorded offsets reach the log end of every partition."""
     from groupmgr.core import TopicPartition
-    from pipelines.runtime.broker_probe import BrokerProbe
+    from pipelines.runtime.broker_probe import log_end_offsets
 
     topic = config.topics[0]
     partitions = [TopicPartition(topic, p) for p in range(_partition_count(config, topic))]
-    probe = BrokerProbe(config.kafka.confluent_config())
-    try:
-        latest = probe.latest(partitions)
-    finally:
-        probe.close()
+    latest = log_end_offsets(config.kafka.confluent_config(), partitions)
 
     def done() -> bool:
         recorded = runner.tables.table.recorded_offsets(partitions)

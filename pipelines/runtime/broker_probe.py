@@ -120,6 +120,17 @@ class BrokerProbe:
         return found
 
 
+def log_end_offsets(admin_config: Mapping[str, str],
+                    partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    """One-shot :meth:`BrokerProbe.latest` for tools (describe, the demo): the log-end offsets of
+    the partitions the brokers answered for, through a client closed before this returns."""
+    probe = BrokerProbe(admin_config)
+    try:
+        return probe.latest(partitions)
+    finally:
+        probe.close()
+
+
 def _condition(exc: BaseException) -> str:
     fault = classify_kafka(exc)
     return fault.condition if fault is not None else type(exc).__name__.upper()
