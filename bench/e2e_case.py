@@ -173,7 +173,7 @@ class PhaseTimers:
         def prepare(self, batch_df):
             started = time.monotonic()
             batch = original_prepare(self, batch_df)
-            timers.add("prepare (plan + persist)", time.monotonic() - started)
+            timers.add("prepare (plan)", time.monotonic() - started)
             release = batch.release
 
             def timed_release():
@@ -188,10 +188,12 @@ class PhaseTimers:
 
         def which(args):
             writer = args[1]
-            return ("Spark job 1: dead letters (Kafka read + parse + cache the batch)"
+            return ("two passes, job 1: dead letters (Kafka read + parse + cache the batch)"
                     if writer.table_uri.rstrip("/").endswith("dead")
-                    else "Spark job 2: output Parquet files from the cache (mapInArrow)")
+                    else "two passes, job 2: output Parquet files from the cache (mapInArrow)")
         timed(bw.SparkRows, "write", which)
+        timed(bw.SparkBatch, "write_both",
+              "one pass: both tables' files (Kafka read + parse + split + Parquet, mapInArrow)")
         timed(checkpoint_log.CheckpointOffsetLog, "ranges", "driver: offset log ranges")
         timed(txn_table.TxnDeltaTable, "snapshot", "driver: Delta snapshot loads")
         timed(txn_table.TxnDeltaTable, "_try_commit", "driver: Delta commit (create_write_transaction)")

@@ -41,9 +41,10 @@ DECIMAL_STATS_MAX_PRECISION = 15  # beyond this a JSON float would not round-tri
 METADATA_SCHEMA = pa.schema([
     ("path", pa.string()), ("size", pa.int64()), ("partition_values", pa.string()),
     ("num_records", pa.int64()), ("stats", pa.string()), ("rows_skipped", pa.int64()),
+    ("table", pa.string()),
 ])
 METADATA_DDL = ("path STRING, size BIGINT, partition_values STRING, num_records BIGINT, "
-                "stats STRING, rows_skipped BIGINT")
+                "stats STRING, rows_skipped BIGINT, table STRING")
 
 
 @dataclass(frozen=True)
@@ -70,10 +71,13 @@ class WrittenFiles:
         return sum(f.num_records for f in self.files)
 
     @classmethod
-    def from_metadata(cls, rows: Iterable[Mapping]) -> "WrittenFiles":
-        """Collect the metadata rows of every task (rows without a path only carry a skip count)."""
+    def from_metadata(cls, rows: Iterable[Mapping], table: str | None = None) -> "WrittenFiles":
+        """Collect the metadata rows of every task (rows without a path only carry a skip count);
+        with ``table``, only the rows of that table."""
         files, skipped = [], 0
         for row in rows:
+            if table is not None and row.get("table") != table:
+                continue
             skipped += int(row["rows_skipped"] or 0)
             if row["path"] is not None:
                 values = tuple(sorted(json.loads(row["partition_values"]).items()))
@@ -105,43 +109,27 @@ class DataFileWriter:
 
         ``keep_from``: when given, only rows of those partitions at or above their offset are
         written; the others are counted as skipped. Returns the files written (none for no rows)."""
-        from deltalake.fs import DeltaStorageHandler
-        from pyarrow.fs import PyFileSystem
-
-        fs = PyFileSystem(DeltaStorageHandler(self.table_uri, dict(self.storage_options) or None))
-        open_files: dict[tuple[tuple[str, str | None], ...], _OpenFile] = {}
-        skipped = 0
+        files = self.open(keep_from)
         try:
             for batch in batches:
-                table = pa.Table.from_batches([batch]).cast(self.schema)
-                if keep_from is not None:
-                    kept = table.filter(_keep_mask(table, keep_from))
-                    skipped += table.num_rows - kept.num_rows
-                    table = kept
-                for values, part in self._split(table):
-                    if values not in open_files:
-                        open_files[values] = _OpenFile(fs, self._new_path(values), self.file_schema,
-                                                       self.row_group_bytes)
-                    open_files[values].add(part.select(self.file_schema.names))
-            return WrittenFiles(tuple(sorted((f.close(values) for values, f in open_files.items()),
-                                             key=lambda f: f.path)), skipped)
+                files.add(batch)
+            return files.finish()
         except BaseException:
-            for f in open_files.values():
-                f.abandon()
+            files.abandon()
             raise
+
+    def open(self, keep_from: Mapping[TopicPartition, int] | None = None) -> "OpenFileSet":
+        """Start a write that is fed batch by batch (:meth:`write` is open, add each, finish)."""
+        return OpenFileSet(self, keep_from)
 
     def write_metadata(self, batches: Iterator[pa.RecordBatch],
                        keep_from: Mapping[TopicPartition, int] | None = None) -> Iterator[pa.RecordBatch]:
         """:meth:`write` shaped for ``DataFrame.mapInArrow``: yields the files' metadata rows
         (plus one path-less row carrying the skip count)."""
-        written = self.write(batches, keep_from)
-        rows = [{"path": f.path, "size": f.size, "partition_values": json.dumps(dict(f.partition_values)),
-                 "num_records": f.num_records, "stats": f.stats, "rows_skipped": 0} for f in written.files]
-        rows.append({"path": None, "size": None, "partition_values": None, "num_records": None,
-                     "stats": None, "rows_skipped": written.rows_skipped})
-        yield pa.RecordBatch.from_pylist(rows, schema=METADATA_SCHEMA)
+        yield metadata_batch(self.write(batches, keep_from))
 
-    def _split(self, table: pa.Table) -> Iterator[tuple[tuple[tuple[str, str | None], ...], pa.Table]]:
+    def split_by_partition(self, table: pa.Table) -> Iterator[tuple[tuple[tuple[str, str | None], ...], pa.Table]]:
+        """``table``'s rows grouped by their partition values (Delta's text form)."""
         if table.num_rows == 0:
             return
         if not self.partition_by:
@@ -156,9 +144,58 @@ class DataFileWriter:
             values = tuple((c, partition_value_text(group[c])) for c in self.partition_by)
             yield values, table.filter(mask)
 
-    def _new_path(self, values: tuple[tuple[str, str | None], ...]) -> str:
+    def new_file_path(self, values: tuple[tuple[str, str | None], ...]) -> str:
+        """A new file's path relative to the table root, under its partition directories."""
         directory = "".join(f"{column}={_escape(value)}/" for column, value in values)
         return f"{directory}{self.file_prefix}-{uuid.uuid4().hex}.snappy.parquet"
+
+
+class OpenFileSet:
+    """One write of a table's files in progress, fed batch by batch (one per task; several may be
+    open in one task, e.g. both tables of a micro-batch written in one pass). :meth:`finish`
+    closes the files and describes them; :meth:`abandon` leaves them unreferenced."""
+
+    def __init__(self, writer: DataFileWriter, keep_from: Mapping[TopicPartition, int] | None):
+        from deltalake.fs import DeltaStorageHandler
+        from pyarrow.fs import PyFileSystem
+
+        self.writer, self.keep_from = writer, keep_from
+        self.fs = PyFileSystem(DeltaStorageHandler(writer.table_uri, dict(writer.storage_options) or None))
+        self.open_files: dict[tuple[tuple[str, str | None], ...], _OpenFile] = {}
+        self.skipped = 0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        """Write ``batch``'s rows (those ``keep_from`` keeps) into the file of their partition values."""
+        writer = self.writer
+        table = pa.Table.from_batches([batch]).cast(writer.schema)
+        if self.keep_from is not None:
+            kept = table.filter(_keep_mask(table, self.keep_from))
+            self.skipped += table.num_rows - kept.num_rows
+            table = kept
+        for values, part in writer.split_by_partition(table):
+            if values not in self.open_files:
+                self.open_files[values] = _OpenFile(self.fs, writer.new_file_path(values), writer.file_schema,
+                                                    writer.row_group_bytes)
+            self.open_files[values].add(part.select(writer.file_schema.names))
+
+    def finish(self) -> WrittenFiles:
+        return WrittenFiles(tuple(sorted((f.close(values) for values, f in self.open_files.items()),
+                                         key=lambda f: f.path)), self.skipped)
+
+    def abandon(self) -> None:
+        for f in self.open_files.values():
+            f.abandon()
+
+
+def metadata_batch(written: WrittenFiles, table: str | None = None) -> pa.RecordBatch:
+    """The metadata rows a Spark task returns for ``written``: one per file plus one path-less row
+    carrying the skip count; ``table`` names the table when a task writes several."""
+    rows = [{"path": f.path, "size": f.size, "partition_values": json.dumps(dict(f.partition_values)),
+             "num_records": f.num_records, "stats": f.stats, "rows_skipped": 0, "table": table}
+            for f in written.files]
+    rows.append({"path": None, "size": None, "partition_values": None, "num_records": None,
+                 "stats": None, "rows_skipped": written.rows_skipped, "table": table})
+    return pa.RecordBatch.from_pylist(rows, schema=METADATA_SCHEMA)
 
 
 class _OpenFile:

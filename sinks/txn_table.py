@@ -243,6 +243,14 @@ class TxnDeltaTable:
         return self.commit_files(ranges, epochs,
                                  lambda plan: writer.write(rows.to_batches(), plan.keep_from))
 
+    def plan(self, ranges: Sequence[OffsetRange], epochs: Mapping[TopicPartition, int]) -> CommitPlan:
+        """What a commit of ``ranges`` would write on the latest snapshot, for files written before
+        the commit (:meth:`commit_files` decides again on its own snapshot; a caller compares).
+        Raises FencedWriterError or OffsetGapError as the commit would."""
+        table = self.snapshot()
+        self._check_owner(table, ranges, epochs)
+        return self._plan(table, ranges)
+
     def commit_files(self, ranges: Sequence[OffsetRange], epochs: Mapping[TopicPartition, int],
                      write: WriteFiles) -> CommitResult:
         """Decide, have ``write`` write the plan's files, commit them with the offset and owner

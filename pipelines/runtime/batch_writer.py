@@ -3,9 +3,8 @@
 Commit order (docs/DESIGN.md invariants 3, 4, 6, 8), per micro-batch:
 
 1. the planned offset ranges are read from the query's checkpoint offset log (not from the rows);
-   once the rows are read (by the first table's write; the second reads them from Spark's cache),
-   ``check_sources`` confirms the source is the one the query started on (no topic recreated, no
-   log gone back), else the batch fails before any commit;
+   once the rows are read, ``check_sources`` confirms the source is the one the query started on
+   (no topic recreated, no log gone back), else the batch fails before any commit;
 2. dead letters are committed to the dead-letter table (exactly once, per-partition txn);
 3. good rows are committed to the output table in ONE Delta commit with per-partition txn versions
    (see :class:`sinks.txn_table.TxnDeltaTable`); a fenced writer raises and writes nothing;
@@ -21,6 +20,14 @@ settings say (:class:`DeadLetterDecisions`).
 Rows never pass through the driver: for each table the sink decides on a snapshot what to write,
 Spark's executors write the Parquet files (``mapInArrow`` → :class:`sinks.data_files.DataFileWriter`)
 and return their metadata, and the driver commits the files' ``add`` actions with the transactions.
+
+One pass or two. Without a transform, and when the dead-letter table holds none of the batch's
+records yet, both tables' files are written by ONE Spark job that reads the batch once
+(:func:`records.split_rows`); each table's commit then checks that its plan is still the one the
+files were written for (else those files stay unreferenced and the two passes below decide
+again). Otherwise the batch is classified once and cached, the dead letters are written and
+committed, then the output rows (through the transform, and following the dead-letter table's
+decisions) are written from the cache and committed.
 Runs on the Spark driver, in the query's thread; not shared between queries.
 """
 from __future__ import annotations
@@ -37,9 +44,10 @@ import pyarrow as pa
 
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
-from pipelines.runtime.records import KAFKA_ROW_DDL, REASON, RecordFormat, classify, dead_letters, good_rows
-from sinks.data_files import METADATA_DDL, DataFileWriter, WrittenFiles
-from sinks.txn_table import CommitResult, FencedWriterError, TxnDeltaTable
+from pipelines.runtime.records import (DEAD_LETTER, KAFKA_ROW_DDL, OUTPUT, REASON, RecordFormat, classify,
+                                       dead_letters, good_rows, split_rows)
+from sinks.data_files import METADATA_DDL, DataFileWriter, WrittenFiles, metadata_batch
+from sinks.txn_table import CommitPlan, CommitResult, FencedWriterError, TxnDeltaTable
 
 
 @dataclass(frozen=True)
@@ -154,6 +162,35 @@ class ArrowRows:
         return writer.write(self.table.to_batches(), keep_from)
 
 
+@dataclass(frozen=True)
+class PlannedWrite:
+    """A table's file writer and the plan's ``keep_from`` (picklable: shipped to the executors)."""
+
+    writer: DataFileWriter
+    keep_from: Mapping[TopicPartition, int]
+
+
+def _write_both_task(dead: PlannedWrite, output: PlannedWrite,
+                     batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """One Spark task over :func:`records.split_rows` batches: each record's row goes to the file
+    set of the table whose struct is set; yields both tables' file metadata, named by table."""
+    files = {DEAD_LETTER: dead.writer.open(dead.keep_from), OUTPUT: output.writer.open(output.keep_from)}
+    try:
+        for batch in batches:
+            for name, file_set in files.items():
+                rows = batch.column(name)
+                kept = rows.filter(rows.is_valid())
+                if len(kept):
+                    file_set.add(pa.RecordBatch.from_struct_array(kept))
+        written = {name: file_set.finish() for name, file_set in files.items()}
+    except BaseException:
+        for file_set in files.values():
+            file_set.abandon()
+        raise
+    for name, table_files in written.items():
+        yield metadata_batch(table_files, name)
+
+
 WARM_UP_TOPIC = "scg-warm-up"
 
 
@@ -167,9 +204,17 @@ def warm_up(spark, fmt: RecordFormat, transform: str | None, tables: TableTarget
     from datetime import datetime, timezone
 
     record = (b"k", b"{}", WARM_UP_TOPIC, 0, 0, datetime.fromtimestamp(0, timezone.utc), 0)
-    batch = SparkBatch(classify(spark.createDataFrame([record], KAFKA_ROW_DDL), fmt), fmt, transform)
-    for rows, table in ((batch.dead, tables.dead_table), (batch.output(None), tables.table)):
-        rows.write(table.file_writer(file_prefix="warm-up"), {})
+    batch = SparkBatch(spark.createDataFrame([record], KAFKA_ROW_DDL), fmt, transform)
+    dead, output = (PlannedWrite(table.file_writer(file_prefix="warm-up"), {})
+                    for table in (tables.dead_table, tables.table))
+    try:
+        if batch.one_pass:
+            batch.write_both(dead, output)
+        else:
+            batch.dead.write(dead.writer, {})
+            batch.output(None).write(output.writer, {})
+    finally:
+        batch.release()
 
 
 RECORDED_DEAD_LETTER = "recorded_dead_letter"  # held by the dead-letter table already
@@ -180,10 +225,15 @@ def _coordinates(table: pa.Table) -> list[tuple[str, int, int]]:
 
 
 class PreparedBatch(Protocol):
-    """One micro-batch classified once: its dead letters, its output rows (given what the
-    dead-letter table had already decided, if anything), and the release of cached data."""
+    """One micro-batch, nothing read yet. ``one_pass``: :meth:`write_both` may write both tables'
+    files in one read of the batch. Otherwise its dead letters (``dead``) and its output rows
+    (given what the dead-letter table had already decided, if anything) are written one after
+    the other from a classification done once; :meth:`release` frees what that cached."""
 
+    one_pass: bool
     dead: BatchRows
+
+    def write_both(self, dead: PlannedWrite, output: PlannedWrite) -> tuple[WrittenFiles, WrittenFiles]: ...
 
     def output(self, decided: DeadLetterDecisions | None) -> BatchRows: ...
 
@@ -192,11 +242,30 @@ class PreparedBatch(Protocol):
 
 @dataclass
 class SparkBatch:
-    """A Spark micro-batch: ``classified`` (records.classify, cached) feeds both tables."""
+    """A Spark micro-batch (``kafka_rows`` as Spark's Kafka source gives them). One pass when
+    there is no transform (its output rows are Spark SQL's, not a per-record split); two passes
+    share :attr:`classified`, cached on first use."""
 
-    classified: object  # pyspark.sql.DataFrame
+    kafka_rows: object  # pyspark.sql.DataFrame
     fmt: RecordFormat
     transform: str | None
+    _classified: object = None
+
+    @property
+    def one_pass(self) -> bool:
+        return self.transform is None
+
+    def write_both(self, dead: PlannedWrite, output: PlannedWrite) -> tuple[WrittenFiles, WrittenFiles]:
+        rows = split_rows(classify(self.kafka_rows, self.fmt), self.fmt)  # read once, not cached
+        task = functools.partial(_write_both_task, dead, output)
+        metadata = [row.asDict() for row in rows.mapInArrow(task, METADATA_DDL).collect()]
+        return WrittenFiles.from_metadata(metadata, DEAD_LETTER), WrittenFiles.from_metadata(metadata, OUTPUT)
+
+    @property
+    def classified(self):
+        if self._classified is None:
+            self._classified = classify(self.kafka_rows, self.fmt).persist()
+        return self._classified
 
     @property
     def dead(self) -> BatchRows:
@@ -207,7 +276,8 @@ class SparkBatch:
         return SparkRows(apply_transform(good_rows(classified, self.fmt), self.transform))
 
     def release(self) -> None:
-        self.classified.unpersist()
+        if self._classified is not None:
+            self._classified.unpersist()
 
 
 def _with_decisions(classified, decided: DeadLetterDecisions):
@@ -238,6 +308,11 @@ class ArrowBatch:
 
     records: pa.Table
     dead_records: pa.Table
+    one_pass: bool = True
+
+    def write_both(self, dead: PlannedWrite, output: PlannedWrite) -> tuple[WrittenFiles, WrittenFiles]:
+        return (self.dead.write(dead.writer, dead.keep_from),
+                self.output(None).write(output.writer, output.keep_from))
 
     @property
     def dead(self) -> BatchRows:
@@ -302,11 +377,8 @@ class BatchWriter:
         try:
             self.hooks.before_commit(batch_id, ranges)
             try:
-                dead_result = self._write_and_commit(self.targets.dead_table, batch.dead, ranges,
-                                                     self.targets.dead_epochs, batch_id, source_checked)
-                output = batch.output(self._decided(ranges, dead_result))
-                result = self._write_and_commit(self.targets.table, output, ranges,
-                                                self.targets.epochs, batch_id, source_checked)
+                committed = self._one_pass(batch, ranges, batch_id, source_checked) if batch.one_pass else None
+                dead_result, result = committed or self._two_passes(batch, ranges, batch_id, source_checked)
             except FencedWriterError as refused:
                 self.refused(batch_id, refused)
                 raise
@@ -320,16 +392,62 @@ class BatchWriter:
                                 committed))
 
     def _prepare(self, batch_df) -> PreparedBatch:
-        """The batch classified once, as Spark plans (nothing is computed yet); cached until
-        both tables are committed."""
-        return SparkBatch(classify(batch_df, self.fmt).persist(), self.fmt, self.transform)
+        """The batch as Spark plans it (nothing is computed yet)."""
+        return SparkBatch(batch_df, self.fmt, self.transform)
+
+    def _one_pass(self, batch: PreparedBatch, ranges: tuple[OffsetRange, ...], batch_id: int,
+                  check_sources: Callable[[], None]) -> tuple[CommitResult, CommitResult] | None:
+        """Both tables' files from one read of the batch, then the dead-letter and output commits.
+        None when the dead-letter table already decided records of this batch (a retry after its
+        commit: the output must follow its decisions) or when a table's plan changed before its
+        commit; the two passes decide then, and the files written here stay unreferenced."""
+        targets = self.targets
+        dead_plan = targets.dead_table.plan(ranges, targets.dead_epochs)
+        if _decided_ranges(ranges, dead_plan.replayed):
+            return None
+        plan = targets.table.plan(ranges, targets.epochs)
+        dead_written, written = batch.write_both(
+            PlannedWrite(targets.dead_table.file_writer(file_prefix=f"part-b{batch_id}"), dead_plan.keep_from),
+            PlannedWrite(targets.table.file_writer(file_prefix=f"part-b{batch_id}"), plan.keep_from))
+        check_sources()  # the rows were read from the source the query started on
+        try:
+            dead_result = self._commit_written(targets.dead_table, ranges, targets.dead_epochs,
+                                               dead_plan, dead_written, batch_id)
+            return dead_result, self._commit_written(targets.table, ranges, targets.epochs,
+                                                     plan, written, batch_id)
+        except _PlanChanged as changed:
+            log.warning("batch %d: %s changed before its commit; writing the batch again in two passes",
+                        batch_id, changed)
+            return None
+
+    def _commit_written(self, table: TxnDeltaTable, ranges, epochs, planned: CommitPlan,
+                        written: WrittenFiles, batch_id: int) -> CommitResult:
+        """Commit files written for ``planned``; raises _PlanChanged when the table's plan is no
+        longer that one (nothing is committed then)."""
+        def write(plan: CommitPlan) -> WrittenFiles:
+            if plan.keep_from != planned.keep_from:
+                raise _PlanChanged(table.path)
+            self.hooks.files_written(batch_id, ranges, written)
+            return written
+
+        return table.commit_files(ranges, epochs, write)
+
+    def _two_passes(self, batch: PreparedBatch, ranges: tuple[OffsetRange, ...], batch_id: int,
+                    check_sources: Callable[[], None]) -> tuple[CommitResult, CommitResult]:
+        """Dead letters written and committed first, then the output rows that follow the
+        dead-letter table's decisions."""
+        targets = self.targets
+        dead_result = self._write_and_commit(targets.dead_table, batch.dead, ranges,
+                                             targets.dead_epochs, batch_id, check_sources)
+        output = batch.output(self._decided(ranges, dead_result))
+        return dead_result, self._write_and_commit(targets.table, output, ranges, targets.epochs,
+                                                   batch_id, check_sources)
 
     def _decided(self, ranges: tuple[OffsetRange, ...], dead_result: CommitResult) -> DeadLetterDecisions | None:
         """What the dead-letter table decided before this batch: for the partitions its commit
         replayed, the batch's ranges and the dead letters it holds there; None when it replayed
         nothing (then this batch's classification decided both tables)."""
-        replayed = set(dead_result.replayed)
-        held = tuple(r for r in ranges if r.tp in replayed and r.end > r.start)
+        held = _decided_ranges(ranges, dead_result.replayed)
         if not held:
             return None
         return DeadLetterDecisions(held, self.targets.dead_table.coordinates(held))
@@ -352,6 +470,16 @@ class BatchWriter:
             return True
         metadata = f"delta:{result.table_version}" if result.table_version is not None else "delta:replay"
         return self.commit_kafka(offsets, metadata)
+
+
+class _PlanChanged(Exception):
+    """A table's commit plan differs from the one its files were written for."""
+
+
+def _decided_ranges(ranges: tuple[OffsetRange, ...], replayed) -> tuple[OffsetRange, ...]:
+    """The non-empty ranges of the partitions whose offsets a table already holds (in part)."""
+    replayed = set(replayed)
+    return tuple(r for r in ranges if r.tp in replayed and r.end > r.start)
 
 
 def apply_transform(rows, transform: str | None):

@@ -72,12 +72,16 @@ def _reason(fmt: RecordFormat, corrupt: Column | None, is_object: Column | None)
 
 def good_rows(classified: DataFrame, fmt: RecordFormat) -> DataFrame:
     """Rows without a reason, shaped for the output table (view ``input`` of a transform)."""
+    return classified.filter(F.col(REASON).isNull()).select(*_output_columns(classified, fmt))
+
+
+def _output_columns(classified: DataFrame, fmt: RecordFormat) -> list[Column]:
     coords = [F.col(c) for c in ("topic", "partition", "offset", "timestamp")]
     coords += [key_text(F.col("_raw_key")).alias("key"), F.col("_raw_key").alias("key_bytes")]
-    ok = classified.filter(F.col(REASON).isNull())
     if fmt.kind == "raw":
-        return ok.select(*coords, F.col("value"))
-    return ok.select(*coords, "_parsed.*").drop(CORRUPT)
+        return coords + [F.col("value")]
+    fields = classified.schema["_parsed"].dataType.fieldNames()
+    return coords + [F.col("_parsed").getField(name).alias(name) for name in fields if name != CORRUPT]
 
 
 def key_text(raw_key: Column) -> Column:
@@ -88,6 +92,21 @@ def key_text(raw_key: Column) -> Column:
 
 def dead_letters(classified: DataFrame) -> DataFrame:
     """Rows with a reason: coordinates, raw key and value bytes, and the reason."""
-    return classified.filter(F.col(REASON).isNotNull()).select(
-        "topic", "partition", "offset", "timestamp", F.col("_raw_key").alias("key"),
-        F.col("_raw_value").alias("value"), F.col(REASON).alias("reason"))
+    return classified.filter(F.col(REASON).isNotNull()).select(*_dead_letter_columns())
+
+
+def _dead_letter_columns() -> list[Column]:
+    return [F.col(c) for c in ("topic", "partition", "offset", "timestamp")] + [
+        F.col("_raw_key").alias("key"), F.col("_raw_value").alias("value"), F.col(REASON).alias("reason")]
+
+
+OUTPUT, DEAD_LETTER = "output", "dead_letter"
+
+
+def split_rows(classified: DataFrame, fmt: RecordFormat) -> DataFrame:
+    """Both tables' rows in one pass: per record, the struct column ``output`` holds its output
+    row (null for a dead letter) and ``dead_letter`` its dead-letter row (null for a good row);
+    the structs' fields are exactly :func:`good_rows`' and :func:`dead_letters`' columns."""
+    is_dead = F.col(REASON).isNotNull()
+    return classified.select(F.when(~is_dead, F.struct(*_output_columns(classified, fmt))).alias(OUTPUT),
+                             F.when(is_dead, F.struct(*_dead_letter_columns())).alias(DEAD_LETTER))

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 from groupmgr.core import OffsetRange, TopicPartition
-from pipelines.runtime.batch_writer import BatchHooks, BatchWriter, TableTargets
+from pipelines.runtime.batch_writer import BatchHooks, BatchWriter, TableTargets, apply_transform, warm_up
 from pipelines.runtime.pipeline_tables import arrow_schema
 from pipelines.runtime.records import KAFKA_ROW_DDL, RecordFormat, classify, dead_letters, good_rows
 from sinks.txn_table import TxnDeltaTable
@@ -45,8 +45,8 @@ def _kafka_rows(spark):
     return spark.createDataFrame(rows, KAFKA_ROW_DDL)
 
 
-def _writer(targets, limit, hooks):
-    writer = BatchWriter(RecordFormat("json", SCHEMA, limit), None, targets, PlannedLog(),
+def _writer(targets, limit, hooks, transform=None):
+    writer = BatchWriter(RecordFormat("json", SCHEMA, limit), transform, targets, PlannedLog(),
                          commit_kafka=lambda offsets, meta: True, report=lambda report: None,
                          refused=lambda batch_id, err: None, hooks=hooks)
     return writer
@@ -73,12 +73,38 @@ def test_a_batch_retried_with_a_new_size_limit_lands_each_record_once(spark, tmp
     assert all(names[o] == "x" * SIZES[o] for o in names)      # output rows parsed in full
 
 
-def test_the_warm_up_runs_the_batch_path_and_writes_nothing(spark, tmp_path):
+@pytest.mark.parametrize("transform", [None, "SELECT * FROM input WHERE id >= 0"])
+def test_without_a_transform_one_spark_job_writes_both_tables(spark, tmp_path, transform):
+    """One pass (no transform): the batch is read once, by one Spark job that writes both tables'
+    files; a transform's output rows are Spark SQL's, so those batches take two jobs. Either way
+    every record lands in exactly one table."""
+    import uuid
+
+    fmt = RecordFormat("json", SCHEMA, 50)
+    empty = classify(spark.createDataFrame([], KAFKA_ROW_DDL), fmt)
+    table = TxnDeltaTable(str(tmp_path / "out"), "p", arrow_schema(apply_transform(good_rows(empty, fmt), transform)))
+    dead = TxnDeltaTable(str(tmp_path / "dead"), "p", arrow_schema(dead_letters(empty)))
+    targets = TableTargets(table, dead, table.claim([TP]), dead.claim([TP]))
+    batch = _kafka_rows(spark)
+    group = f"batch-{uuid.uuid4().hex}"
+    spark.sparkContext.setJobGroup(group, "one batch")
+    try:
+        _writer(targets, 50, BatchHooks(), transform)(batch, 0)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    jobs = len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+    assert jobs == 1 if transform is None else jobs >= 2
+    out_rows, dead_rows = delta_coordinates(spark, table.path), delta_coordinates(spark, dead.path)
+    assert {o for _, _, o in dead_rows} == {1, 3, 4}  # values of 61 and 101 bytes
+    assert sorted(out_rows + dead_rows) == [(TP.topic, TP.partition, o) for o in range(len(SIZES))]
+
+
+@pytest.mark.parametrize("transform", [None, "SELECT *, upper(name) AS shout FROM input"])
+def test_the_warm_up_runs_the_batch_path_and_writes_nothing(spark, tmp_path, transform):
     """pipelines.runtime.batch_writer.warm_up: a made-up record goes through classification, the
     transform and both tables' executor-side writers; no file is written, no version committed."""
-    from pipelines.runtime.batch_writer import apply_transform, warm_up
 
-    fmt, transform = RecordFormat("json", SCHEMA, 100), "SELECT *, upper(name) AS shout FROM input"
+    fmt = RecordFormat("json", SCHEMA, 100)
     empty = classify(spark.createDataFrame([], KAFKA_ROW_DDL), fmt)
     table = TxnDeltaTable(str(tmp_path / "out"), "p", arrow_schema(apply_transform(good_rows(empty, fmt), transform)))
     dead = TxnDeltaTable(str(tmp_path / "dead"), "p", arrow_schema(dead_letters(empty)))

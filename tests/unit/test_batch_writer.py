@@ -7,7 +7,8 @@ from groupmgr.core import TopicPartition
 from pipelines.runtime.batch_writer import ArrowBatch, BatchWriter, DeadLetterDecisions, TableTargets
 from groupmgr.core import OffsetRange
 from pipelines.runtime.records import RecordFormat
-from sinks.txn_table import CommitResult, FencedWriterError
+from sinks.data_files import WrittenFiles
+from sinks.txn_table import CommitPlan, CommitResult, FencedWriterError
 
 RANGES = (OffsetRange("t", 0, 0, 5), OffsetRange("t", 1, 3, 3))
 
@@ -17,7 +18,10 @@ class FakeTable:
         self.name, self.calls, self.error = name, calls, error
 
     def file_writer(self, file_prefix):
-        return None
+        return FakeFiles()
+
+    def plan(self, ranges, epochs):
+        return CommitPlan({}, {}, ())
 
     def commit_files(self, ranges, epochs, write):
         self.calls.append(self.name)
@@ -26,42 +30,49 @@ class FakeTable:
         return CommitResult(7, 2, 0, ())
 
 
+class FakeFiles:
+    def write(self, batches, keep_from):
+        return WrittenFiles()
+
+
 class FakeLog:
     def ranges(self, batch_id):
         return RANGES
 
 
-def make_writer(calls, table_error=None):
+def make_writer(calls, table_error=None, one_pass=True):
     targets = TableTargets(FakeTable("table", calls, table_error), FakeTable("dead", calls), {}, {})
     writer = BatchWriter(RecordFormat("raw", None, 1024), None, targets, FakeLog(),
                          commit_kafka=lambda offsets, meta: calls.append(("kafka", offsets, meta)) or True,
                          report=lambda report: calls.append("report"),
                          refused=lambda batch_id, err: calls.append("refused"))
     writer._prepare = lambda df: ReleaseRecorded(pa.table({"offset": [0, 1], "reason": [None, None]}),
-                                                 pa.table({"offset": []}), calls)
+                                                 pa.table({"offset": []}), calls, one_pass)
     return writer
 
 
 class ReleaseRecorded(ArrowBatch):
-    def __init__(self, records, dead_records, calls):
-        super().__init__(records, dead_records)
+    def __init__(self, records, dead_records, calls, one_pass=True):
+        super().__init__(records, dead_records, one_pass)
         self.calls = calls
 
     def release(self):
         self.calls.append("released")
 
 
-def test_delta_then_kafka_with_next_offsets_of_nonempty_ranges():
+@pytest.mark.parametrize("one_pass", [True, False])
+def test_delta_then_kafka_with_next_offsets_of_nonempty_ranges(one_pass):
     calls = []
-    make_writer(calls)(None, 0)
+    make_writer(calls, one_pass=one_pass)(None, 0)
     assert calls == ["dead", "table", "released", ("kafka", {TopicPartition("t", 0): 5}, "delta:7"), "report"]
 
 
-def test_refused_batch_commits_nothing_to_kafka():
+@pytest.mark.parametrize("one_pass", [True, False])
+def test_refused_batch_commits_nothing_to_kafka(one_pass):
     calls = []
     error = FencedWriterError("tbl", TopicPartition("t", 0), 1, 2)
     with pytest.raises(FencedWriterError):
-        make_writer(calls, table_error=error)(None, 0)
+        make_writer(calls, table_error=error, one_pass=one_pass)(None, 0)
     assert calls == ["dead", "table", "refused", "released"]
 
 
@@ -238,3 +249,34 @@ def test_the_dead_letter_decision_applies_only_within_its_ranges():
     decided = DeadLetterDecisions((OffsetRange("t", 0, 0, 3),), dead_rows(T0, [2]).select(["topic", "partition", "offset"]))
     kept = batch.output(decided).table
     assert list(zip(kept["partition"].to_pylist(), kept["offset"].to_pylist())) == [(0, 0), (0, 1), (1, 0)]
+
+
+class CommittedMeanwhile(ArrowBatch):
+    """A one-pass batch during whose write another attempt's dead-letter commit of the same range
+    lands, with other decisions (records in ``committed_dead``)."""
+
+    def __init__(self, batch, dead_table, epochs, committed_dead):
+        super().__init__(batch.records, batch.dead_records)
+        self.dead_table, self.epochs, self.committed_dead = dead_table, epochs, committed_dead
+
+    def write_both(self, dead, output):
+        written = super().write_both(dead, output)
+        self.dead_table.commit(dead_rows(T0, sorted(self.committed_dead)), (OffsetRange("t", 0, 0, 4),), self.epochs)
+        return written
+
+
+def test_a_plan_changed_after_the_one_pass_write_is_decided_again_in_two_passes(delta_tables):
+    """The files written in one pass were planned on a dead-letter table that holds none of the
+    batch; when it holds the batch by the commit, those files are not committed and the output
+    follows the dead-letter table's decisions (invariant 6), not this attempt's."""
+    planned = {0: (OffsetRange("t", 0, 0, 4),)}
+    batch = CommittedMeanwhile(_classified(T0, range(4), {3}), delta_tables.dead_table,
+                               delta_tables.dead_epochs, committed_dead={2})
+    writer = BatchWriter(RecordFormat("raw", None, 1024), None, delta_tables, PlannedLog(planned),
+                         commit_kafka=lambda offsets, meta: True, report=lambda report: None,
+                         refused=lambda batch_id, err: None)
+    writer._prepare = lambda df: batch
+    writer(None, 0)
+    out, dead = coordinates(delta_tables.table.path), coordinates(delta_tables.dead_table.path)
+    assert dead == [("t", 0, 2)]
+    assert out == [("t", 0, 0), ("t", 0, 1), ("t", 0, 3)]
