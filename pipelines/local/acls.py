@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from groupmgr.core import ExitCategory, ScgError
+from pipelines.runtime.kafka_access import SilentLogger
 
 CLUSTER_NAME = "kafka-cluster"
 SCRAM_ITERATIONS = 8192
@@ -95,7 +96,7 @@ class AclAdmin:
         from confluent_kafka.admin import AdminClient
 
         self._config = dict(admin_config)
-        self._admin = AdminClient({**self._config, "log_level": 0, "logger": _SilentLogger()})
+        self._admin = AdminClient({**self._config, "log_level": 0, "logger": SilentLogger()})
         self.timeout_s = timeout_s
 
     def grant(self, principal: str, acls: Iterable[Acl]) -> None:
@@ -167,7 +168,7 @@ class AclAdmin:
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
             probe = AdminClient({**self._config, "sasl.username": name, "sasl.password": password,
-                                 "log_level": 0, "logger": _SilentLogger()})
+                                 "log_level": 0, "logger": SilentLogger()})
             try:
                 probe.list_topics(timeout=2)
                 return
@@ -188,10 +189,3 @@ def _results(futures: Mapping, timeout_s: float, what: str) -> None:
             future.result(timeout=timeout_s)
         except Exception as exc:  # noqa: BLE001 - KafkaException or a timeout, named here
             raise AclAdminError(f"{what} failed: {exc}") from None
-
-
-class _SilentLogger:
-    """librdkafka's connection chatter (refused probes while a user propagates) is expected here."""
-
-    def log(self, *args, **kwargs):  # noqa: D401 - logging.Logger-compatible sink
-        pass

@@ -33,6 +33,7 @@ from groupmgr.core import ExitCategory, ScgError
 from pipelines.local import broker_config as node_config
 from pipelines.local import certificates
 from pipelines.runtime.install_paths import conf_dir, jar_files
+from pipelines.runtime.kafka_access import SilentLogger
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 90.0
@@ -407,7 +408,7 @@ def _wait_ready(state: ClusterState, timeout_s: float, progress) -> None:
 
     conf = (state.security.admin_config() if state.security
             else {"bootstrap.servers": state.bootstrap_servers})
-    admin = AdminClient({**conf, "log_level": 0, "logger": _SilentLogger()})
+    admin = AdminClient({**conf, "log_level": 0, "logger": SilentLogger()})
     deadline = time.monotonic() + timeout_s
     next_note = time.monotonic() + 5
     while time.monotonic() < deadline:
@@ -425,13 +426,6 @@ def _wait_ready(state: ClusterState, timeout_s: float, progress) -> None:
             next_note = time.monotonic() + 5
         time.sleep(0.3)
     raise BrokerStartError(f"not ready after {timeout_s:.0f}s", Path(state.nodes[0].log_file))
-
-
-class _SilentLogger:
-    """librdkafka logs connection refusals while the broker boots; they are expected here."""
-
-    def log(self, *args, **kwargs):  # noqa: D401 - logging.Logger-compatible sink
-        pass
 
 
 def _terminate(nodes, timeout_s: float = STOP_TIMEOUT_S) -> None:

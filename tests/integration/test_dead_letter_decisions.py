@@ -13,6 +13,7 @@ from pipelines.runtime.batch_writer import BatchHooks, BatchWriter, TableTargets
 from pipelines.runtime.pipeline_tables import arrow_schema
 from pipelines.runtime.records import KAFKA_ROW_DDL, RecordFormat, classify, dead_letters, good_rows
 from sinks.txn_table import TxnDeltaTable
+from tests.support.batch_faults import FailSecondTableOnce
 from tests.support.kafka_data import delta_coordinates
 
 pytestmark = pytest.mark.integration
@@ -24,18 +25,6 @@ SIZES = [5, 40, 5, 40, 80, 5]  # name lengths: the values are ~25 bytes longer
 class PlannedLog:
     def ranges(self, batch_id):
         return (OffsetRange(TP.topic, TP.partition, 0, len(SIZES)),)
-
-
-class FailSecondTableOnce:
-    """files_written hook: the output table (written after the dead letters) fails once."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def __call__(self, batch_id, ranges, written):
-        self.calls += 1
-        if self.calls == 2:
-            raise OSError("injected: output commit lost")
 
 
 def _kafka_rows(spark):

@@ -9,6 +9,7 @@ from groupmgr.core import OffsetRange
 from pipelines.runtime.records import RecordFormat
 from sinks.data_files import WrittenFiles
 from sinks.txn_table import CommitPlan, CommitResult, FencedWriterError
+from tests.support.batch_faults import FailSecondTableOnce
 
 RANGES = (OffsetRange("t", 0, 0, 5), OffsetRange("t", 1, 3, 3))
 
@@ -206,18 +207,6 @@ def _classified(tp, offsets, dead):
                       dead_rows(tp, [o for o in offsets if o in dead]))
 
 
-class FailOutputOnce:
-    """files_written hook: the second table a batch writes (the output table) fails once."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def __call__(self, batch_id, ranges, written):
-        self.calls += 1
-        if self.calls == 2:
-            raise OSError("injected: output commit lost")
-
-
 @pytest.mark.parametrize("first_dead, retry_dead", [({1}, {2}), ({1, 2}, set()), (set(), {0, 3})])
 def test_a_retry_with_other_settings_keeps_every_record_in_exactly_one_table(delta_tables, first_dead, retry_dead):
     """The dead-letter commit of the first attempt stands; the retry (whose settings would classify
@@ -236,7 +225,7 @@ def test_a_retry_with_other_settings_keeps_every_record_in_exactly_one_table(del
         return w
 
     with pytest.raises(OSError):
-        writer(BatchHooks(files_written=FailOutputOnce()))(None, 0)
+        writer(BatchHooks(files_written=FailSecondTableOnce()))(None, 0)
     writer(BatchHooks())(None, 0)
     out, dead = coordinates(delta_tables.table.path), coordinates(delta_tables.dead_table.path)
     assert dead == [("t", 0, o) for o in sorted(first_dead)]
