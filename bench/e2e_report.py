@@ -187,7 +187,7 @@ def markdown(results: dict) -> str:
         lines += ["## Driver memory: ~100 MB batch vs ~1 GB batch (this path)", "",
                   "`spark.driver.maxResultSize=32m`, Spark's default driver heap; each case is a fresh driver "
                   "process processing one batch. Peak RSS = VmHWM of /proc/<pid>/status. On local[2] the "
-                  "driver JVM also runs the tasks (Kafka read, parse, the cached batch); on the standalone "
+                  "driver JVM also runs the tasks (Kafka read, parse, the write tasks' Arrow transfer); on the standalone "
                   "master it only drives (executors are separate JVMs, 1 GB each).", "",
                   *memory_lines(mem), "",
                   "Batch seconds here include a cold start (fresh driver, executors and Python workers, no "
