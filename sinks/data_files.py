@@ -179,10 +179,12 @@ class OpenFileSet:
             self.open_files[values].add(part.select(writer.file_schema.names))
 
     def finish(self) -> WrittenFiles:
+        """Close every file (each then holds whole row groups and a footer) and describe them."""
         return WrittenFiles(tuple(sorted((f.close(values) for values, f in self.open_files.items()),
                                          key=lambda f: f.path)), self.skipped)
 
     def abandon(self) -> None:
+        """Close what can be closed; no file of this set will ever be committed."""
         for f in self.open_files.values():
             f.abandon()
 
