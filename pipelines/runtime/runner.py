@@ -162,6 +162,7 @@ class PipelineRunner:
         self._fatal: BaseException | None = None  # a permanent failure for run() to raise
         self._run_by_broker = False              # the group is a consumer-protocol (KIP-848) group
         self._group_type: Callable[[], str] | None = None  # asks the brokers (set once configured)
+        self._server_check_due = False           # an assignment arrived: who runs the group? (main thread asks)
         self._stopped: dict[TopicPartition, StoppedPartition] = {}  # owned partitions left out
         self._query_topic_ids: dict[str, int] = {}  # topic ID fingerprints the query reads
 
@@ -177,13 +178,13 @@ class PipelineRunner:
             running = self._query is not None or self._pending_start
             if partitions and partitions == self._owned and running:
                 self.progress.assigned(generation, partitions, "unchanged: the query keeps running")
-                self._check_server_assignment()
+                self._server_check_due = True
                 return
             self._stop_query(graceful=True)
             self._owned = partitions
             self._stopped = {tp: s for tp, s in self._stopped.items() if tp in self._owned}
             self.progress.assigned(generation, self._owned)
-            self._check_server_assignment()
+            self._server_check_due = True
             self._pending_start, self._retry_at = bool(self._owned), 0.0
             if self._owned:
                 self._try_start("query start failed")
@@ -226,6 +227,7 @@ class PipelineRunner:
             while not stop.wait(POLL_S):
                 self.member.raise_if_failed()
                 self._poll_between_batches()
+                self._check_server_assignment_when_due()
                 if self._check_query() == "finished" and self.config.trigger.available_now:
                     break
                 if until is not None and until():
@@ -268,8 +270,16 @@ class PipelineRunner:
             self._batches_at_poll = committed
             self.member.poll()
 
+    def _check_server_assignment_when_due(self) -> None:
+        """Main thread, no lock held: :meth:`_check_server_assignment` once after each assignment.
+        The describe round trip (a new admin client: ~65 ms on an idle loopback broker, more with
+        TLS and SASL) is kept off the listener thread, where it delayed every query start."""
+        due, self._server_check_due = self._server_check_due, False
+        if due:
+            self._check_server_assignment()
+
     def _check_server_assignment(self) -> None:
-        """After an assignment (listener thread, lock held): when the broker now runs the group
+        """After an assignment (main thread): when the broker now runs the group
         with its own assignor (a member joined with group.protocol=consumer), say so once, by
         name, and with ``group.on_server_assignment: fail`` end the member; say so again when the
         group is classic again. Advisory: a describe that fails changes nothing."""

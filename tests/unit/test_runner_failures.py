@@ -296,3 +296,17 @@ def test_an_assignment_while_the_member_stops_starts_no_query():
     h.runner._closing = True  # run() is ending; the member has not left the group yet
     h.runner.on_assigned(1, TPS)
     assert h.runner._query is None and not h.runner._pending_start and len(h.starts) == 1
+
+
+def test_who_runs_the_group_is_asked_by_the_main_thread_once_per_assignment():
+    """The describe behind GROUP_RUN_BY_BROKER is a network round trip: the listener thread only
+    marks it due, so it never delays a query start; the main thread asks once per assignment."""
+    harness = Harness()
+    runner, asked = harness.runner, []
+    runner._group_type = lambda: asked.append("describe") or "CLASSIC"
+    runner.on_assigned(1, TPS)
+    runner.on_assigned(2, TPS)  # unchanged: the query keeps running, the question is due again
+    assert asked == []
+    runner._check_server_assignment_when_due()
+    runner._check_server_assignment_when_due()
+    assert asked == ["describe"]
