@@ -7,6 +7,7 @@ once (delta-spark)."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -37,10 +38,12 @@ def _restarts(member, after: int) -> int:
     return sum(1 for line in list(member.lines)[after:] if re.search(r"revoked \d+ partition|starting query", line))
 
 
-def _event(members, action, what: str) -> dict[str, int]:
+def _event(members, action, what: str) -> dict[str, float]:
     """Run ``action``; wait until the group settles and every member writes again; return per
-    member whether its partitions changed, after checking that the unchanged ones kept their query."""
+    member whether its partitions changed (after checking that the unchanged ones kept their query)
+    and the seconds the event took."""
     before = {m.name: (frozenset(m.owned()), len(m.lines), _batches(m)) for m in members}
+    began = time.monotonic()
     remaining = action()
     wait_until(lambda: _settled(remaining), 240, f"the group settled after {what}")
     # the follow-up rebalance of a cooperative round has happened when every member wrote again
@@ -50,7 +53,7 @@ def _event(members, action, what: str) -> dict[str, int]:
     for m in unchanged:
         assert _restarts(m, before[m.name][1]) == 0, f"{m.name} kept its partitions but restarted its query:\n{m.tail(30)}"
         assert _batches(m) > before[m.name][2]
-    return {"unchanged": len(unchanged), "members": len(remaining)}
+    return {"unchanged": len(unchanged), "members": len(remaining), "seconds": round(time.monotonic() - began, 1)}
 
 
 def test_a_rebalance_pauses_only_the_partitions_that_move(bootstrap, spark, tmp_path, unique_name):
@@ -62,10 +65,11 @@ def test_a_rebalance_pauses_only_the_partitions_that_move(bootstrap, spark, tmp_
                                              "  heartbeat_interval: 500ms\n  assignor: cooperative-sticky\n"))
     config = load_pipeline(path)
     producer = SteadyProducer(bootstrap, unique_name, rate_per_s=100).start()
+    began = time.monotonic()
     members = [MemberProcess(n, path, tmp_path) for n in ("a", "b", "c", "d")]
     wait_until(lambda: _settled(members) and all(_batches(m) for m in members), 420,
                "four members sharing 16 partitions and writing")
-    results = {}
+    results = {"start": {"seconds": round(time.monotonic() - began, 1)}}
 
     def join():
         members.append(MemberProcess("e", path, tmp_path))
@@ -82,12 +86,14 @@ def test_a_rebalance_pauses_only_the_partitions_that_move(bootstrap, spark, tmp_
     for what, action in (("a fifth member joined", join), ("a member left", leave), ("a member was killed", crash)):
         results[what] = _event(members, action, what)
     acked = producer.stop()
+    began = time.monotonic()
     wait_until(lambda: table_reached(config.sink.path, config.name, log_end_offsets(acked)), 180,
                "the table to hold every produced record")
     for m in members:
         assert m.stop() == 0, m.tail(30)
+    results["drain"] = {"seconds": round(time.monotonic() - began, 1)}
     rows = delta_coordinates(spark, config.sink.path)
     assert len(rows) == len(set(rows)), "duplicate (topic, partition, offset) rows"
     assert set(rows) == acked, f"missing {len(acked - set(rows))}, extra {len(set(rows) - acked)}"
-    assert any(r["unchanged"] for r in results.values()), results  # someone kept its query through an event
+    assert any(r.get("unchanged") for r in results.values()), results  # someone kept its query through an event
     print(f"\ncooperative hand-off: {results}; records {len(acked)}")
