@@ -156,13 +156,22 @@ class OpenFileSet:
     closes the files and describes them; :meth:`abandon` leaves them unreferenced."""
 
     def __init__(self, writer: DataFileWriter, keep_from: Mapping[TopicPartition, int] | None):
-        from deltalake.fs import DeltaStorageHandler
-        from pyarrow.fs import PyFileSystem
-
         self.writer, self.keep_from = writer, keep_from
-        self.fs = PyFileSystem(DeltaStorageHandler(writer.table_uri, dict(writer.storage_options) or None))
+        self._fs = None
         self.open_files: dict[tuple[tuple[str, str | None], ...], _OpenFile] = {}
         self.skipped = 0
+
+    @property
+    def fs(self):
+        """The table's file system, opened with the first file: a write that keeps no row (the
+        runner's warm-up) needs neither a connection nor the table's directory to exist yet."""
+        if self._fs is None:
+            from deltalake.fs import DeltaStorageHandler
+            from pyarrow.fs import PyFileSystem
+
+            self._fs = PyFileSystem(DeltaStorageHandler(self.writer.table_uri,
+                                                        dict(self.writer.storage_options) or None))
+        return self._fs
 
     def add(self, batch: pa.RecordBatch) -> None:
         """Write ``batch``'s rows (those ``keep_from`` keeps) into the file of their partition values."""

@@ -80,13 +80,23 @@ def get_or_create_spark(app_name: str, settings: Mapping[str, str] | None = None
     else:
         merged = {**LOCAL_DEFAULTS, **(settings or {}), **DELTA_SETTINGS}
         merged["spark.jars"] = ",".join(str(j) for j in jar_files("spark"))
-        # Driver JVM options only apply when given at launch, so they go through the submit args.
-        log4j = conf_dir() / "spark-log4j2.properties"
-        os.environ.setdefault("PYSPARK_SUBMIT_ARGS",
-                              f'--driver-java-options "-Dlog4j2.configurationFile={log4j}" pyspark-shell')
+        os.environ.setdefault("PYSPARK_SUBMIT_ARGS", submit_args())
     for key, value in merged.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def submit_args(extra_java_options: str = "") -> str:
+    """``PYSPARK_SUBMIT_ARGS`` for a driver this process starts. Driver JVM options only apply
+    when given at launch, so they go here: the project's log4j settings, the class archive
+    (:mod:`pipelines.runtime.class_archive`) when one is recorded for this JVM and these jars,
+    and ``extra_java_options``."""
+    from pipelines.runtime.class_archive import driver_java_options
+
+    log4j = conf_dir() / "spark-log4j2.properties"
+    options = " ".join(o for o in (f"-Dlog4j2.configurationFile={log4j}", driver_java_options(),
+                                   extra_java_options) if o)
+    return f'--driver-java-options "{options}" pyspark-shell'
 
 
 def _running_under_spark_submit() -> bool:

@@ -1,4 +1,5 @@
-"""bin/bootstrap: idempotent and offline once cached; clear failures that leave nothing half-done."""
+"""bin/bootstrap: idempotent and offline once cached; clear failures that leave nothing half-done;
+the class archive it records is what a driver started here maps."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.runtime.class_archive import archive_path, driver_java_options
 from pipelines.runtime.install_paths import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
@@ -94,3 +96,13 @@ def test_old_java_says_what_to_do(tmp_path):
     result = _run({}, path=_path_without_java(tmp_path, fake_java=fake))
     assert result.returncode == 3
     assert "Java 17+ is required, found Java 11" in result.stderr
+
+
+def test_a_driver_started_here_maps_the_class_archive_bootstrap_recorded(spark):
+    """bin/bootstrap (run by bin/test) recorded Spark's classes for this JVM and these jars, and
+    the session the tests share, started like a member's, maps that archive into its JVM."""
+    archive = archive_path()
+    assert archive.is_file(), f"no class archive: see {archive}.log"
+    assert driver_java_options(), "the archive's key does not match this JVM and these jars"
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    assert str(archive) in Path(f"/proc/{pid}/maps").read_text()
