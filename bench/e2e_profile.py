@@ -131,7 +131,7 @@ def profile(bootstrap: str, base: Path, args) -> dict:
     def two_passes() -> dict:
         classified = classify(kafka_rows, fmt).persist()
         t0 = time.monotonic()
-        SparkRows(dead_letters(classified)).write(tables.dead_table.file_writer(), keep)
+        SparkRows(dead_letters(classified, fmt)).write(tables.dead_table.file_writer(), keep)
         t1 = time.monotonic()
         written = SparkRows(good_rows(classified, fmt)).write(tables.table.file_writer(), keep)
         t2 = time.monotonic()

@@ -269,7 +269,7 @@ class SparkBatch:
 
     @property
     def dead(self) -> BatchRows:
-        return SparkRows(dead_letters(self.classified))
+        return SparkRows(dead_letters(self.classified, self.fmt))
 
     def output(self, decided: DeadLetterDecisions | None) -> BatchRows:
         classified = self.classified if decided is None else _with_decisions(self.classified, decided)

@@ -124,7 +124,7 @@ def analyse_output(config: PipelineSpec, spark) -> OutputShape:
     for index, column in enumerate(config.sink.partition_by):
         if column not in columns:
             raise PartitionColumnMissingError(column, index, columns)
-    return OutputShape(fmt, arrow_schema(output), arrow_schema(dead_letters(classified)))
+    return OutputShape(fmt, arrow_schema(output), arrow_schema(dead_letters(classified, fmt)))
 
 
 def open_tables(config: PipelineSpec, spark) -> PipelineTables:

@@ -11,7 +11,7 @@ import pytest
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.batch_writer import BatchHooks, BatchWriter, TableTargets, apply_transform, warm_up
 from pipelines.runtime.pipeline_tables import arrow_schema
-from pipelines.runtime.records import KAFKA_ROW_DDL, RecordFormat, classify, dead_letters, good_rows
+from pipelines.runtime.records import KAFKA_ROW_DDL, RecordFormat, classify, dead_letters, good_rows, record_columns
 from sinks.txn_table import TxnDeltaTable
 from tests.support.batch_faults import FailSecondTableOnce
 from tests.support.kafka_data import delta_coordinates
@@ -41,18 +41,31 @@ def _writer(targets, limit, hooks, transform=None):
     return writer
 
 
+def test_a_formats_columns_are_built_once_and_serve_every_batch(spark):
+    """One set of column expressions per format in a driver (records.RecordColumns), applied to
+    each batch's DataFrame; another size limit is another format, with its own columns."""
+    fmt = RecordFormat("json", SCHEMA, 50)
+    assert record_columns(fmt) is record_columns(RecordFormat("json", SCHEMA, 50))
+    assert record_columns(fmt) is not record_columns(RecordFormat("json", SCHEMA, 100))
+    too_large = {o for o, n in enumerate(SIZES) if len(json.dumps({"id": o, "name": "x" * n})) > 50}
+    assert too_large and len(too_large) < len(SIZES)
+    for _ in range(2):  # a second batch through the same columns
+        assert {r.offset for r in dead_letters(classify(_kafka_rows(spark), fmt), fmt).collect()} == too_large
+
+
 @pytest.mark.parametrize("first_limit, retry_limit", [(50, 100), (100, 50)])
 def test_a_batch_retried_with_a_new_size_limit_lands_each_record_once(spark, tmp_path, first_limit, retry_limit):
     fmt = RecordFormat("json", SCHEMA, 1)
     empty = classify(spark.createDataFrame([], KAFKA_ROW_DDL), fmt)
     table = TxnDeltaTable(str(tmp_path / "out"), "p", arrow_schema(good_rows(empty, fmt)))
-    dead = TxnDeltaTable(str(tmp_path / "dead"), "p", arrow_schema(dead_letters(empty)))
+    dead = TxnDeltaTable(str(tmp_path / "dead"), "p", arrow_schema(dead_letters(empty, fmt)))
     targets = TableTargets(table, dead, table.claim([TP]), dead.claim([TP]))
     batch = _kafka_rows(spark)
 
     with pytest.raises(Exception, match="injected"):
         _writer(targets, first_limit, BatchHooks(files_written=FailSecondTableOnce()))(batch, 0)
-    first_dead = {r.offset for r in dead_letters(classify(batch, RecordFormat("json", SCHEMA, first_limit))).collect()}
+    first_fmt = RecordFormat("json", SCHEMA, first_limit)
+    first_dead = {r.offset for r in dead_letters(classify(batch, first_fmt), first_fmt).collect()}
     _writer(targets, retry_limit, BatchHooks())(batch, 0)
 
     out_rows, dead_rows = delta_coordinates(spark, table.path), delta_coordinates(spark, dead.path)
@@ -72,7 +85,7 @@ def test_without_a_transform_one_spark_job_writes_both_tables(spark, tmp_path, t
     fmt = RecordFormat("json", SCHEMA, 50)
     empty = classify(spark.createDataFrame([], KAFKA_ROW_DDL), fmt)
     table = TxnDeltaTable(str(tmp_path / "out"), "p", arrow_schema(apply_transform(good_rows(empty, fmt), transform)))
-    dead = TxnDeltaTable(str(tmp_path / "dead"), "p", arrow_schema(dead_letters(empty)))
+    dead = TxnDeltaTable(str(tmp_path / "dead"), "p", arrow_schema(dead_letters(empty, fmt)))
     targets = TableTargets(table, dead, table.claim([TP]), dead.claim([TP]))
     batch = _kafka_rows(spark)
     group = f"batch-{uuid.uuid4().hex}"
@@ -96,7 +109,7 @@ def test_the_warm_up_runs_the_batch_path_and_writes_nothing(spark, tmp_path, tra
     fmt = RecordFormat("json", SCHEMA, 100)
     empty = classify(spark.createDataFrame([], KAFKA_ROW_DDL), fmt)
     table = TxnDeltaTable(str(tmp_path / "out"), "p", arrow_schema(apply_transform(good_rows(empty, fmt), transform)))
-    dead = TxnDeltaTable(str(tmp_path / "dead"), "p", arrow_schema(dead_letters(empty)))
+    dead = TxnDeltaTable(str(tmp_path / "dead"), "p", arrow_schema(dead_letters(empty, fmt)))
     table.snapshot(), dead.snapshot()  # created, as the runner's start-up does
     before = {p: sorted(q.relative_to(p) for q in p.rglob("*")) for p in (tmp_path / "out", tmp_path / "dead")}
     warm_up(spark, fmt, transform, TableTargets(table, dead, {}, {}))
