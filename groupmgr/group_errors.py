@@ -295,8 +295,10 @@ def _kafka_name(code: int) -> str:
 def translate_client_error(exc: BaseException, context: str = "") -> GroupError:
     """Map a kafka-python client exception (no broker error code) to a ``GroupError``.
 
-    Lost connections, timeouts and unready nodes become ``CoordinatorUnreachable`` (retriable,
-    rediscover); authentication failures and version mismatches are fatal.
+    Lost connections, timeouts, unready nodes and garbled responses (the client closes that
+    connection) become ``CoordinatorUnreachable`` (retriable, rediscover); authentication failures
+    and version mismatches are fatal; anything else is a ``ClientError``, which the member loop
+    retries a bounded number of times in a row (``member_loop.MAX_CLIENT_ERRORS``).
     """
     if isinstance(exc, GroupError):
         return exc
@@ -307,6 +309,7 @@ def translate_client_error(exc: BaseException, context: str = "") -> GroupError:
     if isinstance(exc, kafka_errors.UnsupportedVersionError):
         return UnsupportedVersion(text)
     if isinstance(exc, (kafka_errors.RetriableError, kafka_errors.KafkaConnectionError,
-                        kafka_errors.UnknownBrokerIdError, ConnectionError, TimeoutError)):
-        return CoordinatorUnreachable(text)
+                        kafka_errors.UnknownBrokerIdError, kafka_errors.KafkaProtocolError,
+                        ConnectionError, TimeoutError)):
+        return CoordinatorUnreachable(text)  # a garbled frame also closes the connection
     return ClientError(text)

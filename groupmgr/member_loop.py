@@ -27,6 +27,11 @@ Rebalance protocol (``config.join_spec().protocol``, as Kafka's ``ConsumerCoordi
   owner.
 * either protocol: a lost generation (fenced, poll timeout, a fenced answer to a cooperative
   rejoin) is ``on_fenced(error)`` then ``on_revoked(all lost)`` (Kafka's onPartitionsLost).
+
+Failures: retriable broker errors and lost connections are retried where they happen. A failure
+of the client library that nothing recognises (``ClientError``) ends the step; the loop forgets
+the coordinator and runs the step again after a backoff. The :data:`MAX_CLIENT_ERRORS`-th in a row
+(no heartbeat answered and no round completed in between) ends the member with it, named.
 """
 from __future__ import annotations
 
@@ -39,7 +44,7 @@ from typing import Callable
 from groupmgr.assignors import COOPERATIVE
 from groupmgr.core import TopicPartition
 from groupmgr.coordinator_client import CoordinatorClient
-from groupmgr.group_errors import (FencedInstanceId, GroupError, ListenerError, MemberClosedError,
+from groupmgr.group_errors import (ClientError, FencedInstanceId, GroupError, ListenerError, MemberClosedError,
                              PollTimeoutExpired, RebalanceInProgress, SessionExpired, UnknownMemberId)
 from groupmgr.generation import NO_GENERATION, Generation, MemberState
 from groupmgr.heartbeat import HeartbeatTimer
@@ -51,6 +56,7 @@ log = logging.getLogger(__name__)
 ENDED = (MemberState.CLOSED, MemberState.FAILED)
 POLL_RESUMED = "poll resumed after poll timeout"
 REASSIGN = "revoked partitions must be reassigned"
+MAX_CLIENT_ERRORS = 5  # unrecognised client-library failures in a row before the member ends
 
 
 @dataclass(eq=False)
@@ -99,6 +105,7 @@ class MemberLoop:
                                      config.retry_backoff_ms, clock, config.effective_max_poll_interval_ms)
         self._next_metadata_check = 0.0
         self._join_failures = 0
+        self._client_errors = 0  # ClientErrors since the last answered heartbeat or completed round
 
     def run(self) -> None:
         """Bootstrap, then step until stopped; a fatal error is recorded in ``status.failure``."""
@@ -107,7 +114,10 @@ class MemberLoop:
             self._client.retrying(lambda: self._client.transport.start(self._client.request_timeout_s),
                                   deadline=float("inf"))
             while not status.stopping.is_set():
-                self._step()
+                try:
+                    self._step()
+                except ClientError as exc:
+                    self._client_failed(exc)
         except MemberClosedError:
             if not status.stopping.is_set():
                 self._record_failure(MemberClosedError("client closed"))
@@ -150,6 +160,17 @@ class MemberLoop:
             if not status.stopping.is_set():
                 self._keep_alive()
 
+    def _client_failed(self, exc: ClientError) -> None:
+        """A step ended with an unrecognised client failure: forget the coordinator (the next
+        request finds it again) and back off; the :data:`MAX_CLIENT_ERRORS`-th in a row is raised."""
+        self._client_errors += 1
+        if self._client_errors >= MAX_CLIENT_ERRORS:
+            raise ClientError(f"{exc.context} ({self._client_errors} times in a row)") from exc
+        log.warning("group %s: %s; retrying (%d/%d)", self.config.group_id, exc, self._client_errors,
+                    MAX_CLIENT_ERRORS)
+        self._client.mark_coordinator_dead(None, exc)
+        self._client.pause(self._client_errors, float("inf"))
+
     def _time_to_poll_expiry(self) -> float:
         """Seconds until the poll timer expires; infinity outside a generation (nothing to give up)."""
         with self._status.cond:
@@ -176,6 +197,7 @@ class MemberLoop:
             send_heartbeat(self._client, self.config.group_id, generation, self.config.group_instance_id,
                            min(self._client.request_timeout_s, self.config.session_timeout_ms / 1000))
             self._timer.received()
+            self._client_errors = 0
         except GroupError as exc:
             self._heartbeat_failed(generation, exc)
 
@@ -333,6 +355,7 @@ class MemberLoop:
         """Take the new generation; cooperative: on_revoked(owned - assigned) if any (then a
         follow-up rebalance); then on_assigned(generation, full assignment)."""
         generation = result.generation
+        self._client_errors = 0
         status = self._status
         with status.cond:
             kept = status.assignment  # eager: () (revoked before joining); cooperative: still owned

@@ -63,6 +63,7 @@ def test_stale_generation_copies_fenced_from_cause():
     (kafka_errors.KafkaConnectionError("gone"), E.CoordinatorUnreachable),
     (kafka_errors.KafkaTimeoutError("slow"), E.CoordinatorUnreachable),
     (kafka_errors.NodeNotReadyError(1), E.CoordinatorUnreachable),
+    (kafka_errors.KafkaProtocolError("correlation id mismatch"), E.CoordinatorUnreachable),
     (kafka_errors.SaslAuthenticationFailedError("bad password"), E.AuthenticationFailed),
     (kafka_errors.IncompatibleBrokerVersion("old"), E.UnsupportedVersion),
     (RuntimeError("bug"), E.ClientError),

@@ -12,10 +12,11 @@ import pytest
 from groupmgr.assignors import PartitionAssignor, Subscription, TopicPartition as TP
 from groupmgr.assignors.assignor_errors import AssignorFailedError, InvalidAssignmentError
 from groupmgr.consumer_protocol import decode_assignment, decode_subscription, encode_assignment, encode_subscription
-from groupmgr.group_errors import (CoordinatorUnreachable, FencedInstanceId, IllegalGeneration, ListenerError,
+from groupmgr.group_errors import (ClientError, CoordinatorUnreachable, FencedInstanceId, IllegalGeneration, ListenerError,
                              MemberClosedError, StaleGenerationError, UnknownMemberId)
 from groupmgr.generation import MemberState
 from groupmgr.member import GroupMember
+from groupmgr.member_loop import MAX_CLIENT_ERRORS
 from tests.unit.fake_coordinator import WAIT, FakeCoordinator, Phantom, Recorder, config
 
 ALL = (TP("t", 0), TP("t", 1), TP("t", 2), TP("u", 0))
@@ -70,6 +71,36 @@ def test_lost_connection_on_heartbeat_rediscovers(fake, started):
     fake.raise_next("Heartbeat", CoordinatorUnreachable("reset by peer"))
     assert fake.wait_for(lambda: len(fake.requests("FindCoordinator")) == 2, WAIT)
     assert member.state is MemberState.STABLE and member.generation.generation_id == 1
+
+
+def test_an_unrecognised_client_failure_is_retried_without_losing_the_generation(fake, started):
+    member, rec = started()
+    assert member.wait_until_stable(WAIT)
+    for _ in range(MAX_CLIENT_ERRORS - 1):
+        fake.raise_next("Heartbeat", ClientError("Heartbeat: ValueError: garbled"))
+    before = len(fake.requests("Heartbeat"))
+    assert fake.wait_for(lambda: len(fake.requests("Heartbeat")) >= before + MAX_CLIENT_ERRORS + 2, WAIT)
+    assert member.state is MemberState.STABLE and member.generation.generation_id == 1
+    assert len(fake.requests("FindCoordinator")) >= 2  # the coordinator was looked up again
+    member.raise_if_failed()
+    assert rec.kinds() == ["assigned"]
+
+
+def test_client_failures_in_a_row_end_the_member_named(fake, started):
+    member, rec = started()
+    assert member.wait_until_stable(WAIT)
+    for _ in range(MAX_CLIENT_ERRORS):
+        fake.raise_next("Heartbeat", ClientError("Heartbeat: ValueError: garbled"))
+    with pytest.raises(ClientError, match=rf"garbled \({MAX_CLIENT_ERRORS} times in a row\)"):
+        assert fake.wait_for(lambda: member.state is MemberState.FAILED, WAIT)
+        member.raise_if_failed()
+
+
+def test_a_client_failure_during_a_join_round_is_retried(fake, started):
+    fake.raise_next("SyncGroup", ClientError("SyncGroup: ValueError: garbled"))
+    member, rec = started()
+    assert member.wait_until_stable(WAIT)
+    assert rec.kinds() == ["assigned"] and len(fake.requests("SyncGroup")) == 2
 
 
 def test_rebalance_in_progress_during_sync_rejoins(fake, started):
