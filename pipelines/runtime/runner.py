@@ -2,13 +2,18 @@
 
 Lifecycle (docs/DESIGN.md, data flow):
 
-* ``on_assigned(generation, partitions)`` — claim the partitions in the output and dead-letter
-  tables (bumping their owner epochs, which fences any previous writer), choose start offsets
-  (Delta > group commit > policy), check each partition against the brokers
-  (:mod:`pipelines.runtime.partition_checks`: a partition that cannot run is stopped and
-  re-checked with backoff) and start one query over the partitions that run. The same assignment
-  again (a cooperative rebalance that moved none of them) keeps the running query;
-* ``on_revoked(partitions)`` — stop the query at a batch boundary (an eager rebalance revokes
+* ``on_assigned(generation, partitions)`` — record the assignment and return at once, so the
+  member rejoins at once when a follow-up rebalance is due (a cooperative round that revoked
+  partitions: their next owner gets them only when every member has rejoined). The main thread
+  then stops the running query at a batch boundary (it reads a subset of the new assignment),
+  claims the partitions in the output and dead-letter tables (bumping their owner epochs, which
+  fences any previous writer), chooses start offsets (Delta > group commit > policy), checks each
+  partition against the brokers (:mod:`pipelines.runtime.partition_checks`: a partition that
+  cannot run is stopped and re-checked with backoff) and starts one query over the partitions
+  that run. The same assignment again (a cooperative rebalance that moved none of them) keeps the
+  running query;
+* ``on_revoked(partitions)`` — stop the query at a batch boundary before returning, so a
+  partition is handed over only after its last batch was committed (an eager rebalance revokes
   everything before the member rejoins, a cooperative one only the partitions that leave);
   ``on_fenced(error)`` — stop it now; an in-flight batch either committed whole to Delta or not at all;
 * every batch commits Delta first, then Kafka offsets with the member's generation;
@@ -149,10 +154,13 @@ class PipelineRunner:
         self._closing = False                   # run() is ending: no query starts any more
         self._checkpoint = None
         self._owned: tuple[TopicPartition, ...] = ()
+        self._query_partitions: tuple[TopicPartition, ...] = ()  # what the running query was started over
+        self._wake = threading.Event()           # the main thread has a start to make now
         self._generation: Generation | None = None
         self._refused_batch: int | None = None   # set when the table refused a batch of this query
         self._pending_start = False              # owned partitions wait for a (re)start of the query
         self._retry_at = 0.0                     # monotonic time of the next start attempt
+        self._restarting = False                 # the pending start follows a failure (not an assignment)
         self._restarts = RestartPolicy(Backoff(RESTART_BACKOFF_S, RESTART_BACKOFF_MAX_S), MAX_UNKNOWN_RESTARTS,
                                        time.monotonic, lambda exc: classify_failure(exc, queries.failure_text(exc)))
         self._batch_done = False                 # set by the query thread after a committed batch
@@ -168,10 +176,12 @@ class PipelineRunner:
 
     # -- RebalanceListener ------------------------------------------------------------------------
     def on_assigned(self, generation: Generation, partitions) -> None:
-        """Run the query over ``partitions`` (the member's whole assignment); never raises (a
-        failure is the main thread's). An unchanged assignment (a cooperative rebalance that moved
-        none of this member's partitions) keeps the running query: no pause, no cancelled batch.
-        A changed one restarts the query at a batch boundary."""
+        """Take ``partitions`` (the member's whole assignment) and return without waiting: the
+        main thread starts the query over them (:meth:`_check_query`), first stopping the running
+        one at a batch boundary. Never raises. An unchanged assignment (a cooperative rebalance that
+        moved none of this member's partitions) keeps the running query: no pause, no cancelled
+        batch. A running query reads a subset of ``partitions`` (the member revokes before it
+        assigns); one that does not is stopped here, before the member goes on."""
         with self._lock:
             partitions = tuple(sorted(partitions))
             self._generation = generation
@@ -180,14 +190,15 @@ class PipelineRunner:
                 self.progress.assigned(generation, partitions, "unchanged: the query keeps running")
                 self._server_check_due = True
                 return
-            self._stop_query(graceful=True)
+            if not set(self._query_partitions) <= set(partitions):
+                self._stop_query(graceful=True)
             self._owned = partitions
             self._stopped = {tp: s for tp, s in self._stopped.items() if tp in self._owned}
             self.progress.assigned(generation, self._owned)
             self._server_check_due = True
-            self._pending_start, self._retry_at = bool(self._owned), 0.0
-            if self._owned:
-                self._try_start("query start failed")
+            self._pending_start, self._retry_at = bool(self._owned) and not self._closing, 0.0
+            self._restarting = False
+            self._wake.set()
 
     def on_revoked(self, partitions) -> None:
         """Stop using ``partitions`` (all owned ones in an eager rebalance, only those that leave
@@ -224,11 +235,16 @@ class PipelineRunner:
                            f"(assignors {', '.join(self.config.group.assignors)})")
         self.member.start()
         try:
-            while not stop.wait(POLL_S):
+            while not stop.is_set():
+                self._wake.wait(POLL_S)  # an assignment wakes the loop at once
+                self._wake.clear()
+                if stop.is_set():
+                    break
                 self.member.raise_if_failed()
                 self._poll_between_batches()
+                state = self._check_query()  # before the describe below: a start waits for nothing
                 self._check_server_assignment_when_due()
-                if self._check_query() == "finished" and self.config.trigger.available_now:
+                if state == "finished" and self.config.trigger.available_now:
                     break
                 if until is not None and until():
                     break
@@ -312,12 +328,13 @@ class PipelineRunner:
                 self._batch_done = False
                 self._restarts.succeeded()
             self._recheck_stopped()
+            if self._pending_start and self._owned and time.monotonic() >= self._retry_at:
+                self._stop_query(graceful=True)  # a query over fewer partitions ends at a batch boundary
+                self._try_start("query restart failed" if self._restarting else "query start failed")
+                self._raise_if_fatal()
+                return "restarted" if self._query is not None else "idle"
             query = self._query
             if query is None:
-                if self._pending_start and self._owned and time.monotonic() >= self._retry_at:
-                    self._try_start("query restart failed")
-                    self._raise_if_fatal()
-                    return "restarted" if self._query is not None else "idle"
                 return "idle"
             if query.isActive:
                 return "active"
@@ -353,6 +370,7 @@ class PipelineRunner:
     def _failed(self, exc: BaseException, what: str) -> None:
         """Classify ``exc``: schedule the next start after a backoff, or record a fatal failure."""
         verdict = self._restarts.failed(exc)
+        self._restarting = True
         if verdict.give_up:
             self._fatal = fatal_error(exc, verdict, what)
             return
@@ -388,6 +406,7 @@ class PipelineRunner:
         self._query = queries.start_query(self.spark, self.tables.source_options, offsets, writer,
                                           self._checkpoint, self.tables.trigger,
                                           f"{self.config.name}-{_label(self._generation)}")
+        self._query_partitions = tuple(sorted(offsets))
 
     def _check_partitions(self, partitions) -> PartitionChecks:
         """Each partition's verdict (:func:`check_partition`) from the table's offsets and topic
@@ -507,7 +526,7 @@ class PipelineRunner:
             except Exception as exc:  # noqa: BLE001 - stopping a failed query may raise again
                 log.debug("stopping query: %s", exc)
             self._query = None
-        self._gate = None
+        self._query_partitions, self._gate = (), None
         if self._checkpoint is not None:
             queries.remove_checkpoint(self.fs, self._checkpoint)
             self._checkpoint = None

@@ -55,6 +55,13 @@ class Harness:
         if isinstance(outcome, BaseException):
             raise outcome
         self.runner._query, self.runner._gate = outcome, BatchGate()
+        self.runner._query_partitions = self.runner._owned
+
+    def assign(self, generation, partitions):
+        """The member's ``on_assigned`` (which only records the assignment), then the main
+        thread's next look, which makes the start; that look's answer."""
+        self.runner.on_assigned(generation, partitions)
+        return self.runner._check_query()
 
     def due(self):
         """Let the backoff pass, then one look by the main thread."""
@@ -79,7 +86,7 @@ def test_a_transient_fault_in_on_assigned_is_retried_by_the_main_thread_not_fata
 
 def test_backoff_grows_between_start_attempts():
     h = Harness(fenced_epoch(), fenced_epoch(), fenced_epoch())
-    h.runner.on_assigned(1, TPS)
+    h.assign(1, TPS)
     waits = []
     for _ in range(2):
         waits.append(float(h.lines[-1].rsplit(" in ", 1)[1].rstrip("s")))
@@ -90,7 +97,7 @@ def test_backoff_grows_between_start_attempts():
 
 def test_transient_query_failures_restart_it_forever():
     h = Harness(*[FailedQuery(Exception("org.apache.kafka.common.errors.NotLeaderOrFollowerException: x"))] * 60)
-    h.runner.on_assigned(1, TPS)
+    h.assign(1, TPS)
     for _ in range(60):
         assert h.runner._check_query() == "restarting"
         assert h.due() == "restarted"
@@ -127,7 +134,7 @@ def test_a_project_error_ends_the_member_as_itself():
 
 def test_a_permanent_query_failure_ends_the_member():
     h = Harness(FailedQuery(Exception("org.apache.kafka.common.errors.TopicAuthorizationException: denied")))
-    h.runner.on_assigned(1, TPS)
+    h.assign(1, TPS)
     with pytest.raises(PermanentFault) as info:
         h.runner._check_query()
     assert info.value.condition == "TOPIC_AUTHORIZATION"
@@ -135,7 +142,7 @@ def test_a_permanent_query_failure_ends_the_member():
 
 def test_unrecognised_query_failures_end_the_member_after_the_limit():
     h = Harness(*[FailedQuery(RuntimeError("bug"))] * (MAX_UNKNOWN_RESTARTS + 1))
-    h.runner.on_assigned(1, TPS)
+    h.assign(1, TPS)
     for n in range(1, MAX_UNKNOWN_RESTARTS + 1):
         assert h.runner._check_query() == "restarting"
         assert f"restarting from the table's offsets ({n}/{MAX_UNKNOWN_RESTARTS})" in h.lines[-1]
@@ -146,7 +153,7 @@ def test_unrecognised_query_failures_end_the_member_after_the_limit():
 
 def test_revoking_cancels_a_pending_start():
     h = Harness(fenced_epoch())
-    h.runner.on_assigned(1, TPS)
+    h.assign(1, TPS)
     h.runner.on_revoked(TPS)
     assert h.due() == "idle" and h.starts == []
     assert h.runner._query is None
@@ -195,7 +202,7 @@ def test_a_stopped_partition_is_rechecked_and_resumes_by_itself_while_the_others
     h = Harness()
     runner, member = h.runner, CommitRecorder()
     runner.member = member
-    runner.on_assigned(1, TPS)
+    h.assign(1, TPS)
     assert runner._check_query() == "active"
     stopped = PartitionVerdict(TPS[1], None, "LEADER_NOT_AVAILABLE", "no leader for t-1")
     runner._note_stopped([stopped], PartitionChecks([stopped], recorded_offsets={TPS[1]: 10}))
@@ -233,7 +240,7 @@ class CountingQuery(RunningQuery):
 def test_an_unchanged_assignment_keeps_the_running_query():
     query = CountingQuery()
     h = Harness(query)
-    h.runner.on_assigned(1, TPS)
+    h.assign(1, TPS)
     h.runner.on_assigned(2, tuple(reversed(TPS)))  # a cooperative rebalance that moved nothing here
     assert h.runner._query is query and query.stops == 0 and h.runner._generation == 2
     assert "unchanged: the query keeps running" in h.lines[-1]
@@ -242,27 +249,39 @@ def test_an_unchanged_assignment_keeps_the_running_query():
 def test_a_cooperative_revoke_drops_only_the_partitions_that_leave():
     first, second = CountingQuery(), CountingQuery()
     h = Harness(first, second)
-    h.runner.on_assigned(1, TPS)
+    h.assign(1, TPS)
     h.runner.on_revoked((TPS[1],))
     assert first.stops == 1 and h.runner._owned == (TPS[0],)
-    h.runner.on_assigned(2, (TPS[0],))  # the query stopped with the revoke: it starts again
+    h.assign(2, (TPS[0],))  # the query stopped with the revoke: it starts again
     assert h.runner._query is second and h.runner._owned == (TPS[0],)
 
 
 def test_a_changed_assignment_restarts_at_a_batch_boundary():
     query = CountingQuery(busy=True)
     h = Harness(query)
-    h.runner.on_assigned(1, TPS[:1])
+    h.assign(1, TPS[:1])
     gate = h.runner._gate
     assert gate.enter()  # the query thread is writing a micro-batch
-    reassign = threading.Thread(target=h.runner.on_assigned, args=(2, TPS))  # gained a partition
-    reassign.start()
-    reassign.join(0.3)
-    assert reassign.is_alive() and query.stops == 0  # it waits for the batch to end
+    h.runner.on_assigned(2, TPS)  # gained a partition: the member thread goes on at once
+    assert query.stops == 0 and h.runner._pending_start and h.runner._owned == TPS
+    restart = threading.Thread(target=h.runner._check_query)  # the main thread's next look
+    restart.start()
+    restart.join(0.3)
+    assert restart.is_alive() and query.stops == 0  # it waits for the batch to end
     gate.exit()
-    reassign.join(10)
-    assert not reassign.is_alive() and query.stops == 1 and h.runner._owned == TPS
+    restart.join(10)
+    assert not restart.is_alive() and query.stops == 1 and h.runner._query is not query
     assert not gate.enter()  # a batch Spark starts before the stop lands writes nothing
+
+
+def test_an_assignment_without_the_running_querys_partitions_stops_it_before_returning():
+    """The member revokes before it assigns, so this is a safety net: a query must never read a
+    partition the member no longer owns once the listener returned."""
+    query = CountingQuery()
+    h = Harness(query)
+    h.assign(1, TPS)
+    h.runner.on_assigned(2, TPS[:1])
+    assert query.stops == 1 and h.runner._query is None and h.runner._pending_start
 
 
 class PollCounter:
@@ -278,7 +297,7 @@ def test_back_to_back_batches_still_poll_once_per_committed_batch():
     poll, and a batch that never ends is none (so the poll timer can expire)."""
     h = Harness(CountingQuery(busy=True))
     h.runner.member = PollCounter()
-    h.runner.on_assigned(1, TPS)
+    h.assign(1, TPS)
     h.runner._poll_between_batches()
     assert h.runner.member.polls == 0  # a trigger is running and no batch was committed yet
     for committed in (1, 2):
