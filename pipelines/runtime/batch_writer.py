@@ -199,12 +199,18 @@ def warm_up(spark, fmt: RecordFormat, transform: str | None, tables: TableTarget
     Spark generates the batch's code and starts its Python workers now, not in the first batch
     after an assignment, which the partitions a new member takes over wait for (measured on one
     idle 2-core machine: query start to first batch 3.2-3.5 s instead of 3.9-4.5 s; the member
-    joins about 2 s later). Writes and commits nothing: no partition is kept (``keep_from`` is
-    empty), so no file is created."""
+    joins about 2 s later). Writes and commits nothing (:func:`warm_up_batch`)."""
     from datetime import datetime, timezone
 
     record = (b"k", b"{}", WARM_UP_TOPIC, 0, 0, datetime.fromtimestamp(0, timezone.utc), 0)
-    batch = SparkBatch(spark.createDataFrame([record], KAFKA_ROW_DDL), fmt, transform)
+    warm_up_batch(spark.createDataFrame([record], KAFKA_ROW_DDL), fmt, transform, tables)
+
+
+def warm_up_batch(kafka_rows, fmt: RecordFormat, transform: str | None, tables: TableTargets) -> None:
+    """``kafka_rows`` (as Spark's Kafka source gives them) through the batch path, both tables'
+    files included, keeping no partition (``keep_from`` is empty): no file is created, nothing is
+    committed anywhere."""
+    batch = SparkBatch(kafka_rows, fmt, transform)
     dead, output = (PlannedWrite(table.file_writer(file_prefix="warm-up"), {})
                     for table in (tables.dead_table, tables.table))
     try:

@@ -53,7 +53,7 @@ from groupmgr.member import GroupMember, MemberConfig
 from groupmgr.server_assignment import CONSUMER_GROUP, GroupRunByBroker, group_type_of
 from pipelines.runtime import streaming_query as queries
 from pipelines.runtime.batch_writer import (NO_HOOKS, BatchGate, BatchHooks, BatchReport, BatchWriter,
-                                            TableTargets, warm_up)
+                                            TableTargets, warm_up, warm_up_batch)
 from pipelines.runtime.broker_probe import BrokerProbe
 from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
 from pipelines.runtime.failure_rules import RestartPolicy, Verdict, classify_failure
@@ -75,6 +75,7 @@ MAX_UNKNOWN_RESTARTS = 5    # consecutive restarts after failures no rule recogn
 STABLE_AFTER_S = 60.0       # a query running this long (or a committed batch) ends a failure streak
 GRACEFUL_STOP_S = 30.0     # the longest a stop waits for a running micro-batch to finish
 STOPPED_RECHECK = Backoff(5.0, 60.0)  # how often a stopped partition is checked again
+WARM_UP_QUERY_S = 60.0     # the longest the warm-up query may run before it is stopped
 
 
 class QueryFailedRepeatedly(ScgError):
@@ -257,17 +258,61 @@ class PipelineRunner:
 
     # -- internals --------------------------------------------------------------------------------
     def _warm_up(self) -> None:
-        """Before joining: one made-up record through the batch path (:func:`warm_up`), so the
-        first batch after an assignment pays less of Spark's first-use cost. Best effort: a
-        failure here is the query's to report, when it meets it for real."""
+        """Before joining, so the first batch after an assignment pays less of Spark's first-use
+        cost (the partitions a new member takes over wait for it): a short streaming query over
+        the last record of the first topic's partition 0, through Spark's Kafka source and the
+        batch path (:meth:`_warm_up_through_the_source`); when there is nothing to read, one
+        made-up record through the batch path (:func:`warm_up`). Nothing is written or committed,
+        no offset either. Best effort: a failure here is the query's to report, when it meets it
+        for real."""
         started = time.monotonic()
+        targets = TableTargets(self.tables.table, self.tables.dead_table, {}, {})
         try:
-            warm_up(self.spark, self.tables.record_format, self.config.transform,
-                    TableTargets(self.tables.table, self.tables.dead_table, {}, {}))
+            read = self._warm_up_through_the_source(targets)
+        except Exception as exc:  # noqa: BLE001 - advisory: the real query reports its own failure
+            log.debug("warming up through the Kafka source failed: %s", exc)
+            read = ""
+        try:
+            if not read:
+                warm_up(self.spark, self.tables.record_format, self.config.transform, targets)
         except Exception as exc:  # noqa: BLE001 - advisory: the real batch reports its own failure
             log.debug("warming up the batch path failed: %s", exc)
             return
-        self.progress.note(f"batch path warmed up in {time.monotonic() - started:.1f}s (nothing written)")
+        how = f"read {read} through the Kafka source" if read else "one made-up record"
+        self.progress.note(f"batch path warmed up in {time.monotonic() - started:.1f}s ({how}; nothing written)")
+
+    def _warm_up_through_the_source(self, targets: TableTargets) -> str:
+        """Run one available-now query like the member's own (same source options, fresh
+        checkpoint, removed after) from the last record of partition 0 of the first configured
+        topic; its micro-batch goes through :func:`warm_up_batch`. The partition it read (e.g.
+        ``orders-0@41``), or "" when there was nothing to read (a pattern subscription, an empty
+        log) or no batch ran."""
+        if not self.config.topics:
+            return ""
+        tp = TopicPartition(self.config.topics[0], 0)
+        log_ = self.probe.describe([tp]).logs.get(tp)
+        if log_ is None or log_.latest <= log_.earliest:
+            return ""
+        start = log_.latest - 1
+        batches: list[int] = []
+
+        def batch(kafka_rows, batch_id: int) -> None:
+            warm_up_batch(kafka_rows, self.tables.record_format, self.config.transform, targets)
+            batches.append(batch_id)
+
+        options = {k: v for k, v in self.tables.source_options.items()
+                   if k not in ("minOffsetsPerTrigger", "maxTriggerDelay")}  # one record: no batch to delay
+        checkpoint = queries.new_checkpoint(self.config.checkpoint_root, "warm-up")
+        try:
+            query = queries.start_query(self.spark, options, {tp: start}, batch, checkpoint,
+                                        {"availableNow": True}, f"{self.config.name}-warm-up")
+            try:
+                query.awaitTermination(WARM_UP_QUERY_S)
+            finally:
+                query.stop()
+        finally:
+            queries.remove_checkpoint(self.fs, checkpoint)
+        return f"{tp.topic}-{tp.partition}@{start}" if batches else ""
 
     def _poll_between_batches(self) -> None:
         """Main thread: tell the member the application is alive (Kafka's ``poll()``) when no

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +113,28 @@ def test_failed_query_restarts_from_the_table_without_loss_or_duplicates(
     assert any("restarting from the table's offsets (1/5)" in line for line in lines)
     rows = delta_coordinates(spark, config.sink.path)
     assert len(rows) == len(set(rows)) and set(rows) == produced
+
+
+def test_the_warm_up_reads_through_the_kafka_source_and_leaves_nothing(bootstrap, spark, tmp_path, unique_name):
+    """PipelineRunner._warm_up before joining: an available-now query over the last record of the
+    first topic's partition 0 runs the batch path; no data file, no table version, no checkpoint
+    file and no Kafka commit is left behind."""
+    topic = unique_name
+    create_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, json_events(20))
+    config = load_pipeline(write_pipeline(tmp_path / "p.yaml", bootstrap, topic, unique_name, tmp_path))
+    lines, members = [], []
+
+    def factory(cfg, listener):
+        members.append(StaticMember(listener, []))
+        return members[-1]
+
+    runner = PipelineRunner(config, spark, member_factory=factory, out=lines.append)
+    tables = [Path(config.sink.path), Path(config.sink.dead_letter_path)]
+    before = {t: sorted(p.relative_to(t) for p in t.rglob("*")) for t in tables}
+    runner._warm_up()
+    warmed = [line for line in lines if "batch path warmed up" in line]
+    assert warmed and f"read {topic}-0@" in warmed[0], lines
+    assert {t: sorted(p.relative_to(t) for p in t.rglob("*")) for t in tables} == before
+    assert [p for p in Path(config.checkpoint_root).rglob("*") if p.is_file()] == []
+    assert members[0].commits == []
