@@ -91,8 +91,10 @@ def test_client_failures_in_a_row_end_the_member_named(fake, started):
     assert member.wait_until_stable(WAIT)
     for _ in range(MAX_CLIENT_ERRORS):
         fake.raise_next("Heartbeat", ClientError("Heartbeat: ValueError: garbled"))
+    status = member._status  # its condition is notified when the member thread records a failure
+    with status.cond:
+        assert status.cond.wait_for(lambda: status.state is MemberState.FAILED, WAIT)
     with pytest.raises(ClientError, match=rf"garbled \({MAX_CLIENT_ERRORS} times in a row\)"):
-        assert fake.wait_for(lambda: member.state is MemberState.FAILED, WAIT)
         member.raise_if_failed()
 
 
