@@ -8,11 +8,13 @@ that outlives its broker logs "Connection refused" until the process ends).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import json
 import random
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -99,13 +101,34 @@ def _run_until_complete(config, expected: int) -> int:
     runner = PipelineRunner(config, spark, out=lambda line: print(line, flush=True))
     done = _all_recorded(runner, config, expected)
     deadline = time.monotonic() + FINISH_TIMEOUT_S
-    runner.run(threading.Event(), until=lambda: done() or time.monotonic() > deadline)
+    interrupted = threading.Event()
+    with _ctrl_c_sets(interrupted):
+        runner.run(interrupted, until=lambda: done() or time.monotonic() > deadline)
+    if interrupted.is_set():
+        say("interrupted: the query stopped at a batch boundary and the member left its group")
+        return 130
     if not done():
         say(f"not all records arrived within {FINISH_TIMEOUT_S:.0f}s")
         return 1
     exact = _show_table(spark, config.sink.path, expected)
     spark.stop()
     return 0 if exact else 1
+
+
+@contextlib.contextmanager
+def _ctrl_c_sets(event: threading.Event):
+    """Inside the block, the first Ctrl-C (SIGINT) sets ``event`` (the runner then stops at a batch
+    boundary and leaves its group) instead of raising KeyboardInterrupt wherever the main thread
+    is, e.g. inside a py4j call; a second one raises it as usual."""
+    def first(signum, frame):
+        event.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _all_recorded(runner, config, expected: int):
