@@ -64,7 +64,9 @@ from tests.support.kafka_data import create_topic, write_pipeline  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-MODES = {"eager": None, "cooperative": "cooperative-sticky"}  # None: the pipeline default (range)
+# mode -> (assignor, source.reader); assignor None: the pipeline default (range)
+MODES = {"eager": (None, "spark-kafka"), "cooperative": ("cooperative-sticky", "spark-kafka"),
+         "follow": ("cooperative-sticky", "scg-kafka")}
 START_TIMEOUT_S = 420      # members started together on a loaded 2-core machine
 SETTLE_TIMEOUT_S = 240
 WRITE_TIMEOUT_S = 120
@@ -135,7 +137,7 @@ class TimedMember(MemberProcess):
 
 # -- one mode: start, events, analysis ----------------------------------------------------------------
 def run_mode(mode: str, bootstrap: str, base: Path, args, started: list) -> dict:
-    assignor = MODES[mode]
+    assignor, reader = MODES[mode]
     topic = group = f"handoff-{mode}"
     work = base / mode
     work.mkdir(parents=True)
@@ -148,6 +150,11 @@ def run_mode(mode: str, bootstrap: str, base: Path, args, started: list) -> dict
         assert "  heartbeat_interval: 500ms\n" in text
         path.write_text(text.replace("  heartbeat_interval: 500ms\n",
                                      f"  heartbeat_interval: 500ms\n  assignor: {assignor}\n"))
+    if reader != "spark-kafka":
+        text = path.read_text()
+        assert "  starting_offsets: earliest\n" in text
+        path.write_text(text.replace("  starting_offsets: earliest\n",
+                                     f"  starting_offsets: earliest\n  reader: {reader}\n"))
     producer = SteadyProducer(bootstrap, topic, rate_per_s=args.rate).start()
     names = iter("abcdefghijklmnopqrstuvwxyz")
     members: list[TimedMember] = []
@@ -215,7 +222,7 @@ def run_mode(mode: str, bootstrap: str, base: Path, args, started: list) -> dict
     producer.stop()
     for m in members:
         m.kill()
-    return {"assignor": assignor or "range (pipeline default)", "events": events,
+    return {"assignor": assignor or "range (pipeline default)", "reader": reader, "events": events,
             "records_produced": producer.sent, "startup_s": startup_s}
 
 
@@ -376,8 +383,10 @@ EVENT_NAMES = {"join": "a member joins", "leave": "a member leaves (SIGTERM)", "
 
 
 def markdown(results: dict) -> str:
-    modes = [m for m in ("eager", "cooperative") if m in results["modes"]]
-    out = ["# Hand-off benchmark (issue 12): cooperative-sticky vs eager, same run", "",
+    modes = [m for m in MODES if m in results["modes"]]
+    compared = [m for m in modes if m != "eager"] if "eager" in modes else []
+    out = ["# Hand-off benchmark (issue 12): eager, cooperative-sticky, and cooperative-sticky with the "
+           "scg-kafka reader, same run", "",
            f"{results['partitions']} partitions, {results['members']} members to start "
            f"(`scg run`, one Spark driver each on `local[1]`), SteadyProducer at {results['rate']} records/s, "
            f"trigger 500 ms, session_timeout 6 s, {results['cpu_count']} CPUs "
@@ -393,27 +402,30 @@ def markdown(results: dict) -> str:
            "the group's rebalance (the first `revoked`/`assigned` line of a surviving member). "
            "The pause of a staying partition is its longest gap between batches across the event "
            "minus its median gap from the previous settle to the event (at least the last four batches). "
-           "A member that gains or loses any partition restarts its query at a batch boundary (one query per "
-           "assignment), so its staying partitions pause for that restart in both modes.", ""]
+           "With Spark's Kafka source (reader `spark-kafka`), a member that gains or loses any partition "
+           "restarts its query at a batch boundary (one query per assignment), so its staying partitions "
+           "pause for that restart. With reader `scg-kafka` one query per member follows the assignment at "
+           "every micro-batch and is never restarted by a rebalance.", ""]
     for mode in modes:
-        out.append(f"- **{mode}**: assignor `{results['modes'][mode]['assignor']}`")
+        out.append(f"- **{mode}**: assignor `{results['modes'][mode]['assignor']}`, reader "
+                   f"`{results['modes'][mode].get('reader', 'spark-kafka')}`")
     out.append("")
     for i, kind in enumerate(("join", "leave", "kill")):
         evs = {m: results["modes"][m]["events"][i] for m in modes if len(results["modes"][m]["events"]) > i}
         if not evs:
             continue
         out += [f"## {EVENT_NAMES[kind]}", ""]
-        out += ["| | " + " | ".join(modes) + (" | cooperative / eager |" if len(modes) == 2 else " |"),
-                "|---|" + "---:|" * len(modes) + ("---:|" if len(modes) == 2 else "")]
+        out += ["| | " + " | ".join(modes) + " |" + "".join(f" {m} / eager |" for m in compared),
+                "|---|" + "---:|" * (len(modes) + len(compared))]
         for label, get, digits in ROWS:
             vals = {m: get(e) for m, e in evs.items()}
-            cells = [_f(vals[m], digits) if digits else ("–" if vals[m] is None else str(vals[m])) for m in modes]
-            ratio = ""
-            if len(modes) == 2:
-                a, b = vals.get("eager"), vals.get("cooperative")
-                ratio = (f"{b / a:.2f}" if label in RATIO_ROWS and a and b is not None else "")
-                ratio = f" {ratio} |"
-            out.append(f"| {label} | " + " | ".join(cells) + " |" + ratio)
+            cells = [_f(vals.get(m), digits) if digits else ("–" if vals.get(m) is None else str(vals[m]))
+                     for m in modes]
+            ratios = []
+            for m in compared:
+                a, b = vals.get("eager"), vals.get(m)
+                ratios.append(f"{b / a:.2f}" if label in RATIO_ROWS and a and b is not None else "")
+            out.append(f"| {label} | " + " | ".join(cells) + " |" + "".join(f" {r} |" for r in ratios))
         out.append("")
         for m, e in evs.items():
             for n, u in e["unchanged_members"].items():
@@ -470,7 +482,7 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=3, help="members before the join")
     parser.add_argument("--rate", type=int, default=100, help="records/s produced")
     parser.add_argument("--steady", type=float, default=20.0, help="seconds of steady batches before each event")
-    parser.add_argument("--modes", default="eager,cooperative")
+    parser.add_argument("--modes", default="eager,cooperative,follow")
     parser.add_argument("--quick", action="store_true", help="--steady 8")
     parser.add_argument("--name", default="handoff", help="stem of the result files")
     parser.add_argument("--out", default=str(RESULTS))

@@ -7,14 +7,15 @@ standalone master), its own driver JVM, and peak-memory counters (VmHWM) that st
 
 SPEC holds ``master``, ``settings`` (extra Spark settings), ``bootstrap``, ``base`` (scratch
 directory), ``warmup`` (run specs, not reported) and ``runs``: a list of run specs
-``{"variant": "noop"|"spark_delta"|"scg", "topic", "records", "max_offsets", "label",
+``{"variant": "noop"|"spark_delta"|"scg"|"scg_follow", "topic", "records", "max_offsets", "label",
 "stop_after_batches"?}``. Each run reads ``topic`` from the earliest offset to its end (available-now
 trigger, ``max_offsets`` records per micro-batch). OUT receives one JSON object: a result per run
 (seconds, per-batch durations and phases) and the driver's memory (peak RSS of the Python process
 and of the JVM, before the runs and at the end; JVM heap pool peaks during the runs).
 
 The ``scg`` variant is this project's path unchanged (PipelineRunner with a real group member,
-one Delta commit per batch); the bench only wraps a few of its methods with timers to split each
+one Delta commit per batch; ``scg_follow`` the same with ``source.reader: scg-kafka``, a
+processing-time trigger, and the run ends once every record is written); the bench only wraps a few of its methods with timers to split each
 batch into phases (nothing else changes; the wrappers cost microseconds).
 """
 from __future__ import annotations
@@ -195,19 +196,19 @@ class PhaseTimers:
         timed(bw.SparkBatch, "write_both",
               "one pass: both tables' files (Kafka read + parse + split + Parquet, mapInArrow)")
         timed(checkpoint_log.CheckpointOffsetLog, "ranges", "driver: offset log ranges")
+        timed(checkpoint_log.AssignedOffsetLog, "ranges", "driver: offset log ranges")
         timed(txn_table.TxnDeltaTable, "snapshot", "driver: Delta snapshot loads")
         timed(txn_table.TxnDeltaTable, "_try_commit", "driver: Delta commit (create_write_transaction)")
         timed(txn_table.TxnDeltaTable, "_committed_version", "driver: find committed version")
         timed(bw.BatchWriter, "_commit_kafka", "driver: Kafka offset commit")
         timed(runner.PipelineRunner, "_on_batch", "driver: progress line (lag lookup)")
 
-        original_start = streaming_query.start_query
-
-        def start_query(*args, **kwargs):
-            query = original_start(*args, **kwargs)
-            timers.queries.append(query)
-            return query
-        streaming_query.start_query = start_query
+        for name in ("start_query", "start_assigned_query"):
+            def start_query(*args, _original=getattr(streaming_query, name), **kwargs):
+                query = _original(*args, **kwargs)
+                timers.queries.append(query)
+                return query
+            setattr(streaming_query, name, start_query)
 
 
 def scg_run(spark, bootstrap: str, run: dict, base: Path, timers: PhaseTimers) -> dict:
@@ -219,9 +220,13 @@ def scg_run(spark, bootstrap: str, run: dict, base: Path, timers: PhaseTimers) -
     table_dir = base / f"scg-{label}"
     path = write_pipeline(base / f"{label}.yaml", bootstrap, run["topic"], f"bench-{label}", table_dir,
                           extra=f"format: {{type: json, schema: '{SCHEMA}'}}\n")
-    text = path.read_text().replace("processing_time: 500ms", "available_now: true")
+    follow = run["variant"] == "scg_follow"  # reader scg-kafka: runs until stopped (no available-now)
+    text = path.read_text()
+    if not follow:
+        text = text.replace("processing_time: 500ms", "available_now: true")
     path.write_text(text.replace("  starting_offsets: earliest", "  starting_offsets: earliest\n"
-                                 f"  max_offsets_per_trigger: {run['max_offsets']}"))
+                                 f"  max_offsets_per_trigger: {run['max_offsets']}"
+                                 + ("\n  reader: scg-kafka" if follow else "")))
     config = load_pipeline(path)
     lines: list[tuple[float, str]] = []
     runner = PipelineRunner(config, spark, out=lambda line: lines.append((time.monotonic(), line)))
@@ -236,12 +241,19 @@ def scg_run(spark, bootstrap: str, run: dict, base: Path, timers: PhaseTimers) -
     timers.batches.clear()
     timers.queries.clear()
     started = time.monotonic()
-    runner.run(threading.Event(), until=(lambda: len(reports) >= stop_after) if stop_after else None)
+    if stop_after:
+        until = lambda: len(reports) >= stop_after  # noqa: E731
+    elif follow:
+        until = lambda: sum(r.rows_written for _, r in reports) >= run["records"]  # noqa: E731
+    else:
+        until = None
+    runner.run(threading.Event(), until=until)
     returned = time.monotonic()
     written = sum(r.rows_written for _, r in reports)
     if not stop_after and written != run["records"]:
         raise SystemExit(f"{run['label']}: scg wrote {written} rows, expected {run['records']}")
-    assigned = next((t for t, line in lines if "starting query" in line), started)
+    assigned = next((t for t, line in lines if "starting query" in line or "reading from the next batch" in line),
+                    started)
     committed = [r for _, r in reports if r.rows_written]
     progress = [p for q in timers.queries for p in _progress(q) if p.get("numInputRows")]
     phases: dict[str, float] = defaultdict(float)
@@ -300,7 +312,7 @@ def main(spec_path: str, out_path: str) -> None:
 
 
 def run_one(spark, bootstrap, run, base, timers) -> dict:
-    if run["variant"] == "scg":
+    if run["variant"] in ("scg", "scg_follow"):
         return scg_run(spark, bootstrap, run, base, timers)
     return plain_query(spark, bootstrap, run, base)
 

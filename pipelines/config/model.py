@@ -208,6 +208,7 @@ class SourceConfig:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int | None = None  # set (default 15m) only with min_offsets_per_trigger
     on_data_loss: str = "fail"  # fail | skip: records deleted (retention) before they were read
+    reader: str = "spark-kafka"  # spark-kafka (one query per assignment) | scg-kafka (follows it, no restart)
 
     def spark_options(self) -> dict[str, str]:
         """Rate-limit options for Spark's Kafka source (not startingOffsets: the runner computes

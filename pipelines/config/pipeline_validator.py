@@ -53,7 +53,8 @@ GROUP_KEYS = ("id", "assignor", "instance_id", "session_timeout", "heartbeat_int
               "rebalance_timeout", "metadata_max_age", "on_server_assignment")
 ON_SERVER_ASSIGNMENT = ("warn", "fail")
 SOURCE_KEYS = ("starting_offsets", "max_offsets_per_trigger", "min_offsets_per_trigger",
-               "max_trigger_delay", "on_data_loss", "fail_on_data_loss")
+               "max_trigger_delay", "on_data_loss", "fail_on_data_loss", "reader")
+READERS = ("spark-kafka", "scg-kafka")
 ON_DATA_LOSS = ("fail", "skip")
 FORMAT_KEYS = ("type", "schema", "max_value_bytes")
 SINK_KEYS = ("path", "partition_by", "dead_letter_path")
@@ -102,6 +103,7 @@ def validate_pipeline(root: Node | None, file: str, source_file: Path, env: Mapp
     transform = _transform(ctx, top)
     sink = _sink(ctx, top, fmt, transform)
     trigger = _trigger(ctx, top.section("trigger", TRIGGER_KEYS))
+    _check_reader_trigger(ctx, top, source, trigger)
     checkpoint_root = _checkpoint_root(ctx, top, sink)
     spark = settings_map(ctx, top.get("spark"), "spark")
     storage = _storage(ctx, top.section("storage", STORAGE_KEYS))
@@ -383,8 +385,18 @@ def _source(ctx: Ctx, sec: Section) -> SourceConfig:
     if limits["max_offsets_per_trigger"] is None:  # the default bound, raised to a larger minimum
         limits["max_offsets_per_trigger"] = max(DEFAULT_MAX_OFFSETS_PER_TRIGGER,
                                                 limits["min_offsets_per_trigger"] or 0)
+    reader = as_enum(ctx, get("reader"), sec.sub("reader"), READERS) if get("reader") else "spark-kafka"
     return SourceConfig(starting_offsets=starting, max_trigger_delay_ms=delay,
-                        on_data_loss=_on_data_loss(ctx, sec), **limits)
+                        on_data_loss=_on_data_loss(ctx, sec), reader=reader, **limits)
+
+
+def _check_reader_trigger(ctx: Ctx, top: Section, source: SourceConfig, trigger: TriggerConfig) -> None:
+    """``source.reader: scg-kafka`` follows the group's assignment for as long as the member runs;
+    an available-now run reads a fixed backlog and ends, which only Spark's Kafka source does."""
+    if source.reader == "scg-kafka" and trigger.available_now:
+        ctx.fail(*top.section("source", SOURCE_KEYS).line_of("reader"), C.CONFLICTING_FIELDS,
+                 "reader scg-kafka runs until stopped; trigger.available_now needs reader spark-kafka",
+                 fields=("source.reader", "trigger.available_now"))
 
 
 def _on_data_loss(ctx: Ctx, sec: Section) -> str:

@@ -36,14 +36,13 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import pyarrow as pa
 
 from groupmgr.core import OffsetRange, TopicPartition
-from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
 from pipelines.runtime.records import (DEAD_LETTER, KAFKA_ROW_DDL, OUTPUT, REASON, RecordFormat, classify,
                                        dead_letters, good_rows, split_rows)
 from sinks.data_files import METADATA_DDL, DataFileWriter, WrittenFiles, metadata_batch
@@ -73,20 +72,28 @@ class BatchGate:
     """The batch boundary of one query: :meth:`close` waits for a micro-batch that is writing to
     finish, and from then on every micro-batch Spark starts writes and commits nothing (the query
     is about to be stopped; the next owner resumes from the tables, so nothing is lost).
+    :meth:`released` waits, without closing, until the query has moved past some partitions
+    (an ``scg-kafka`` query whose assignment dropped them).
 
     Spark runs a late micro-batch right after the previous one when batches take longer than the
     trigger interval, so "no trigger active" may never be observed; the gate needs no such moment.
-    Thread safety: :meth:`enter`/:meth:`exit` on the query thread, :meth:`close` on any thread."""
+    Thread safety: :meth:`enter`/:meth:`exit` on the query thread, the others on any thread."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._writing = False
         self._closed = False
+        self._entered = 0                                    # batches that reached the gate
+        self._reading: frozenset[TopicPartition] = frozenset()  # ... the last one's partitions
 
-    def enter(self) -> bool:
-        """Query thread, before a batch writes: False once closed (the batch must write nothing)."""
+    def enter(self, partitions: Iterable[TopicPartition] = ()) -> bool:
+        """Query thread, before a batch over ``partitions`` writes: False once closed (the batch
+        must write nothing)."""
         with self._cond:
             self._writing = not self._closed
+            self._entered += 1
+            self._reading = frozenset(partitions)
+            self._cond.notify_all()
             return self._writing
 
     def exit(self) -> None:
@@ -101,6 +108,21 @@ class BatchGate:
         with self._cond:
             self._closed = True
             return self._cond.wait_for(lambda: not self._writing, bound_s)
+
+    def mark(self) -> int:
+        """A point in the query's sequence of batches, for :meth:`released`."""
+        with self._cond:
+            return self._entered
+
+    def released(self, partitions: Iterable[TopicPartition], mark: int, bound_s: float) -> bool:
+        """Wait at most ``bound_s`` until a batch that began after ``mark`` reads none of
+        ``partitions``. Batches run one after the other and each is planned after the previous
+        one ended, so once the source no longer plans ``partitions`` (the caller took them out
+        before taking ``mark``), every batch that read them has ended: committed, refused or
+        failed. True then."""
+        gone = frozenset(partitions)
+        with self._cond:
+            return self._cond.wait_for(lambda: self._entered > mark and not (self._reading & gone), bound_s)
 
 
 @dataclass(frozen=True)
@@ -126,6 +148,12 @@ class BatchReport:
     duration_s: float
     commit_s: float
     kafka_committed: bool
+
+
+class PlannedRanges(Protocol):
+    """Where a batch's planned offset ranges are read (:mod:`pipelines.runtime.checkpoint_log`)."""
+
+    def ranges(self, batch_id: int) -> tuple[OffsetRange, ...]: ...
 
 
 class BatchRows(Protocol):
@@ -355,7 +383,7 @@ class BatchWriter:
     ``refused`` and re-raises, so the query stops with nothing written and nothing committed."""
 
     def __init__(self, fmt: RecordFormat, transform: str | None, targets: TableTargets,
-                 offset_log: CheckpointOffsetLog,
+                 offset_log: PlannedRanges,
                  commit_kafka: Callable[[Mapping[TopicPartition, int], str], bool],
                  report: Callable[[BatchReport], None],
                  refused: Callable[[int, FencedWriterError], None],
@@ -367,17 +395,18 @@ class BatchWriter:
         self.gate = BatchGate()
 
     def __call__(self, batch_df, batch_id: int) -> None:
-        if not self.gate.enter():
+        started = time.monotonic()
+        ranges = self.offset_log.ranges(batch_id)
+        if not self.gate.enter(r.tp for r in ranges):
             log.debug("batch %d not written: the query is stopping at a batch boundary", batch_id)
             return
         try:
-            self._write(batch_df, batch_id)
+            if any(r.end != r.start for r in ranges):  # (an scg-kafka batch may only change partitions)
+                self._write(batch_df, batch_id, ranges, started)
         finally:
             self.gate.exit()
 
-    def _write(self, batch_df, batch_id: int) -> None:
-        started = time.monotonic()
-        ranges = self.offset_log.ranges(batch_id)
+    def _write(self, batch_df, batch_id: int, ranges: tuple[OffsetRange, ...], started: float) -> None:
         batch = self._prepare(batch_df)
         source_checked = functools.cache(lambda: self.check_sources(ranges))  # once the rows were read
         try:

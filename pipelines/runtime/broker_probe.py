@@ -66,10 +66,20 @@ class BrokerProbe:
 
     def latest(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Log-end offsets of the partitions the brokers answered for."""
+        return self.log_ends(partitions)[0]
+
+    def log_ends(self, partitions: Iterable[TopicPartition], committed_only: bool = False
+                 ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, str]]:
+        """Log-end offsets of the partitions the brokers answered for (with ``committed_only``
+        the last stable offsets: what a ``read_committed`` consumer can read), and the condition
+        of each one they did not."""
         from confluent_kafka.admin import OffsetSpec
 
+        errors: dict = {}
         with self._lock:
-            return self._offsets(self._client(), sorted(set(partitions)), OffsetSpec.latest(), {})
+            found = self._offsets(self._client(), sorted(set(partitions)), OffsetSpec.latest(), errors,
+                                  committed_only)
+        return found, {tp: errors.get(tp, "PARTITION_UNAVAILABLE") for tp in set(partitions) if tp not in found}
 
     def close(self) -> None:
         """Drop the client (librdkafka closes its connections now)."""
@@ -99,14 +109,17 @@ class BrokerProbe:
                 errors[topic] = _condition(exc)
         return ids, errors
 
-    def _offsets(self, admin, partitions, spec, errors: dict) -> dict[TopicPartition, int]:
+    def _offsets(self, admin, partitions, spec, errors: dict,
+                 committed_only: bool = False) -> dict[TopicPartition, int]:
+        from confluent_kafka import IsolationLevel
         from confluent_kafka import TopicPartition as CkTopicPartition
 
         if not partitions:
             return {}
         request = {CkTopicPartition(tp.topic, tp.partition): spec for tp in partitions}
+        isolation = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
         try:
-            futures = admin.list_offsets(request, request_timeout=self.timeout_s)
+            futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=self.timeout_s)
         except Exception as exc:  # noqa: BLE001 - the whole request failed: every partition says why
             errors.update({tp: _condition(exc) for tp in partitions})
             return {}

@@ -28,13 +28,15 @@ class ProgressPrinter:
         self._emit(f"generation {gen}: assigned {len(partitions)} partition(s) {_names(partitions)}"
                    + (f" ({remark})" if remark else ""))
 
-    def revoked(self, partitions) -> None:
-        self._emit(f"revoked {len(partitions)} partition(s); stopping the query")
+    def revoked(self, partitions, how: str = "stopping the query") -> None:
+        self._emit(f"revoked {len(partitions)} partition(s); {how}")
 
-    def starting(self, starts) -> None:
+    def starting(self, starts, how: str = "") -> None:
+        """Where the partitions start (``how``: the query keeps running and reads them from its
+        next batch; default: a query starts over them)."""
         parts = ", ".join(f"{tp.topic}-{tp.partition}@{d.offset}({d.origin})"
                           for tp, d in sorted(starts.items()))
-        self._emit(f"starting query from {parts}")
+        self._emit(f"{how}: {parts}" if how else f"starting query from {parts}")
 
     def batch(self, report: BatchReport, lag=None) -> None:
         records = sum(r.count for r in report.ranges)

@@ -37,9 +37,13 @@ never raises: a failure is left to the main thread.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
+import shutil
+import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -52,10 +56,12 @@ from groupmgr.kafka_faults import Backoff, Fault, FaultKind
 from groupmgr.member import GroupMember, MemberConfig
 from groupmgr.server_assignment import CONSUMER_GROUP, GroupRunByBroker, group_type_of
 from pipelines.runtime import streaming_query as queries
+from pipelines.runtime.assigned_offsets import Assignment, Claim
+from pipelines.runtime.assigned_source import AssignedKafkaSource, AssignmentFile, assigned_source_options
 from pipelines.runtime.batch_writer import (NO_HOOKS, BatchGate, BatchHooks, BatchReport, BatchWriter,
                                             TableTargets, warm_up, warm_up_batch)
 from pipelines.runtime.broker_probe import BrokerProbe
-from pipelines.runtime.checkpoint_log import CheckpointOffsetLog
+from pipelines.runtime.checkpoint_log import AssignedOffsetLog, CheckpointOffsetLog
 from pipelines.runtime.failure_rules import RestartPolicy, Verdict, classify_failure
 from pipelines.runtime.hadoop_fs import HadoopFileSystem
 from pipelines.runtime.partition_checks import (DATA_LOSS_REASON, LOG_TRUNCATED, STOPPED_METADATA,
@@ -144,11 +150,17 @@ class PipelineRunner:
             table.check_storage()  # the storage answers now, or a named error before joining the group
         self.probe = BrokerProbe(config.kafka.confluent_config())
         self.member = (member_factory or group_member_factory)(config, self)
-        self._init_lifecycle()
+        self._init_lifecycle(follow=config.source.reader == "scg-kafka")
+        if self._follow:
+            self._assignment_dir = tempfile.mkdtemp(prefix="scg-assignment-")
+            spark.dataSource.register(AssignedKafkaSource)
         self._group_type = functools.partial(group_type_of, config.kafka.confluent_config(), config.group.id)
 
-    def _init_lifecycle(self) -> None:
-        """The query and failure state (no I/O), set before the member can call back."""
+    def _init_lifecycle(self, follow: bool = False) -> None:
+        """The query and failure state (no I/O), set before the member can call back.
+        ``follow``: one ``scg-kafka`` query follows the assignment (``source.reader``)."""
+        self._follow = follow
+        self._assignment_dir: str | None = None  # scg-kafka: where the assignment file lives
         self._lock = threading.RLock()
         self._query = None
         self._gate: BatchGate | None = None     # the running query's batch boundary
@@ -174,6 +186,9 @@ class PipelineRunner:
         self._server_check_due = False           # an assignment arrived: who runs the group? (main thread asks)
         self._stopped: dict[TopicPartition, StoppedPartition] = {}  # owned partitions left out
         self._query_topic_ids: dict[str, int] = {}  # topic ID fingerprints the query reads
+        self._claims: dict[TopicPartition, Claim] = {}  # scg-kafka: what the running query reads, per claim
+        self._claim_serials = itertools.count(1)
+        self._targets: TableTargets | None = None  # the running query's tables and owner epochs
 
     # -- RebalanceListener ------------------------------------------------------------------------
     def on_assigned(self, generation: Generation, partitions) -> None:
@@ -191,7 +206,9 @@ class PipelineRunner:
                 self.progress.assigned(generation, partitions, "unchanged: the query keeps running")
                 self._server_check_due = True
                 return
-            if not set(self._query_partitions) <= set(partitions):
+            if self._follow:
+                self._release([tp for tp in self._claims if tp not in partitions])
+            elif not set(self._query_partitions) <= set(partitions):
                 self._stop_query(graceful=True)
             self._owned = partitions
             self._stopped = {tp: s for tp, s in self._stopped.items() if tp in self._owned}
@@ -206,8 +223,12 @@ class PipelineRunner:
         in a cooperative one): the query stops at a batch boundary; ``on_assigned`` follows with
         the new assignment."""
         with self._lock:
-            self.progress.revoked(partitions)
-            self._stop_query(graceful=True)
+            self.progress.revoked(partitions, "the query reads them no more after its current batch"
+                                  if self._follow else "stopping the query")
+            if self._follow:
+                self._release(partitions)
+            else:
+                self._stop_query(graceful=True)
             revoked = set(partitions)
             self._owned = tuple(tp for tp in self._owned if tp not in revoked)
             self._pending_start = False
@@ -220,9 +241,15 @@ class PipelineRunner:
                                f"group.rebalance_timeout ({self.config.group.rebalance_timeout_ms} ms); left the "
                                "group so its partitions move; rejoining once the query has stopped")
         with self._lock:
-            if getattr(error, "condition", "") != "POLL_TIMEOUT_EXPIRED":
-                self.progress.note(f"fenced by the group ({error}); stopping the query and rejoining")
-            self._stop_query()
+            poll_timeout = getattr(error, "condition", "") == "POLL_TIMEOUT_EXPIRED"
+            if not poll_timeout:
+                self.progress.note(f"fenced by the group ({error}); "
+                                   + ("dropping its partitions" if self._follow else "stopping the query")
+                                   + " and rejoining")
+            if self._follow and not poll_timeout:
+                self._release(list(self._claims))
+            else:
+                self._stop_query()
             self._owned, self._pending_start = (), False
 
     # -- main loop --------------------------------------------------------------------------------
@@ -232,6 +259,9 @@ class PipelineRunner:
         available-now trigger) every owned partition is caught up. Leaves the group on return."""
         stop = stop or threading.Event()
         self._warm_up()
+        if self._follow:
+            with self._lock:
+                self._start_following_query()  # over no partition yet: assignments then cost no start
         self.progress.note(f"joining consumer group {self.config.group.id} "
                            f"(assignors {', '.join(self.config.group.assignors)})")
         self.member.start()
@@ -255,6 +285,8 @@ class PipelineRunner:
                 self._stop_query(graceful=True)
             self.member.close()
             self.probe.close()
+            if self._assignment_dir is not None:
+                shutil.rmtree(self._assignment_dir, ignore_errors=True)
 
     # -- internals --------------------------------------------------------------------------------
     def _warm_up(self) -> None:
@@ -268,7 +300,7 @@ class PipelineRunner:
         started = time.monotonic()
         targets = TableTargets(self.tables.table, self.tables.dead_table, {}, {})
         try:
-            read = self._warm_up_through_the_source(targets)
+            read = "" if self._follow else self._warm_up_through_the_source(targets)
         except Exception as exc:  # noqa: BLE001 - advisory: the real query reports its own failure
             log.debug("warming up through the Kafka source failed: %s", exc)
             read = ""
@@ -374,7 +406,8 @@ class PipelineRunner:
                 self._restarts.succeeded()
             self._recheck_stopped()
             if self._pending_start and self._owned and time.monotonic() >= self._retry_at:
-                self._stop_query(graceful=True)  # a query over fewer partitions ends at a batch boundary
+                if not self._follow:
+                    self._stop_query(graceful=True)  # a query over fewer partitions ends at a batch boundary
                 self._try_start("query restart failed" if self._restarting else "query start failed")
                 self._raise_if_fatal()
                 return "restarted" if self._query is not None else "idle"
@@ -406,10 +439,14 @@ class PipelineRunner:
             self._pending_start = False
             return
         try:
-            self._start_query()
+            if self._follow:
+                self._follow_owned()
+            else:
+                self._start_query()
             self._pending_start, self._started_at = False, time.monotonic()
         except Exception as exc:  # noqa: BLE001 - classified: retried later or fatal
-            self._stop_query()
+            if not self._follow or self._query is None or not self._query.isActive:
+                self._stop_query()  # (a following query goes on; only the new partitions wait)
             self._failed(exc, what)
 
     def _failed(self, exc: BaseException, what: str) -> None:
@@ -452,6 +489,90 @@ class PipelineRunner:
                                           self._checkpoint, self.tables.trigger,
                                           f"{self.config.name}-{_label(self._generation)}")
         self._query_partitions = tuple(sorted(offsets))
+
+    # -- scg-kafka: one query that follows the assignment --------------------------------------------
+    def _follow_owned(self) -> None:
+        """Let the query read the owned partitions it does not read yet (all of them after a
+        failure stopped it): claim them in both tables, check them, publish each one that runs
+        with a new claim and its start offset in the assignment file; the next micro-batch
+        reads them, with no restart. The epochs of a claim reach the batch writer before the
+        file names the partition. Main thread, lock held."""
+        if self._query is None:
+            self._claims = {}
+            self._start_following_query()
+        new = tuple(tp for tp in self._owned if tp not in self._claims)
+        if not new:
+            return
+        epochs = self.tables.table.claim(new)
+        dead_epochs = self.tables.dead_table.claim(new)
+        targets = self._targets
+        merged = TableTargets(targets.table, targets.dead_table, {**targets.epochs, **epochs},
+                              {**targets.dead_epochs, **dead_epochs})
+        checks = self._check_partitions(new)
+        runs = [v for v in checks.verdicts if v.runs]
+        self._apply_verdicts(runs, merged, checks)
+        self._note_stopped([v for v in checks.verdicts if not v.runs]
+                           + [s.verdict for tp, s in self._stopped.items() if tp not in new], checks)
+        if not runs:
+            return
+        self.progress.starting({v.tp: StartDecision(v.offset, checks.origin(v)) for v in runs},
+                               "reading from the next batch, the query keeps running")
+        self._query_topic_ids.update({v.tp.topic: checks.logs[v.tp].topic_id for v in runs})
+        targets.epochs, targets.dead_epochs = merged.epochs, merged.dead_epochs  # read once per batch
+        self._claims.update({v.tp: Claim(next(self._claim_serials), v.offset) for v in runs})
+        self._publish_claims()
+
+    def _start_following_query(self) -> None:
+        """Start the ``scg-kafka`` query over the current claims (none yet, before the member
+        joins). Lock held."""
+        self._publish_claims()
+        self._targets = TableTargets(self.tables.table, self.tables.dead_table, {}, {})
+        self._checkpoint = queries.new_checkpoint(self.config.checkpoint_root, _label(self._generation))
+        self._refused_batch = None
+        writer = BatchWriter(self.tables.record_format, self.config.transform, self._targets,
+                             AssignedOffsetLog(self._checkpoint, self.fs.read_text),
+                             self._commit_kafka, self._on_batch, self._on_refused, self.hooks,
+                             check_sources=self._check_sources)
+        self._gate = writer.gate
+        options = assigned_source_options(self.config.kafka.confluent_config(), self._assignment_path(),
+                                          self.config.source)
+        self._query = queries.start_assigned_query(self.spark, options, writer, self._checkpoint,
+                                                   self.tables.trigger,
+                                                   f"{self.config.name}-follow-{uuid.uuid4().hex[:8]}")
+        self._started_at = time.monotonic()
+        self.progress.note("query started over reader scg-kafka: it reads the group's assignment at every "
+                           "micro-batch, so rebalances do not restart it")
+
+    def _release(self, partitions) -> None:
+        """Take ``partitions`` out of the query (scg-kafka) and return once every batch that read
+        them has ended (committed, refused or failed), so the next owner starts from what the
+        tables hold. A query that does not get there within :data:`GRACEFUL_STOP_S` is stopped
+        (a batch still writing is cancelled; the next owner's claim refuses anything it commits
+        later). Lock held."""
+        gone = [tp for tp in partitions if tp in self._claims]
+        if not gone:
+            return
+        for tp in gone:
+            del self._claims[tp]
+        query, gate = self._query, self._gate
+        self._publish_claims()
+        if query is None or gate is None:
+            return
+        mark, deadline = gate.mark(), time.monotonic() + GRACEFUL_STOP_S
+        while not gate.released(gone, mark, POLL_S):
+            if not query.isActive:
+                return  # a failed query reads nothing more; it is restarted from the tables
+            if time.monotonic() >= deadline:
+                log.warning("no micro-batch boundary within %.0fs; stopping the query", GRACEFUL_STOP_S)
+                self._stop_query()
+                return
+
+    def _publish_claims(self) -> None:
+        AssignmentFile(self._assignment_path()).write(Assignment(dict(self._claims)))
+        self._query_partitions = tuple(sorted(self._claims))
+
+    def _assignment_path(self) -> str:
+        return f"{self._assignment_dir}/assignment.json"
 
     def _check_partitions(self, partitions) -> PartitionChecks:
         """Each partition's verdict (:func:`check_partition`) from the table's offsets and topic
@@ -538,7 +659,8 @@ class PipelineRunner:
             log.debug("checking stopped partitions failed: %s", exc)
             checks = PartitionChecks([s.verdict for tp, s in self._stopped.items() if tp in due])
         if any(v.runs for v in checks.verdicts):
-            self._stop_query(graceful=True)
+            if not self._follow:
+                self._stop_query(graceful=True)
             self._pending_start, self._retry_at = True, 0.0
         else:
             others = [s.verdict for tp, s in self._stopped.items() if tp not in due]
@@ -572,6 +694,7 @@ class PipelineRunner:
                 log.debug("stopping query: %s", exc)
             self._query = None
         self._query_partitions, self._gate = (), None
+        self._claims, self._targets = {}, None
         if self._checkpoint is not None:
             queries.remove_checkpoint(self.fs, self._checkpoint)
             self._checkpoint = None

@@ -22,8 +22,9 @@ RUNTIME_SETTINGS = {
 KAFKA_SOURCE_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 # Source options Spark must redact in plans, progress and event logs, besides its own defaults
 # (spark.redaction.regex matches secret|password|token|access.key in a key or a value): the
-# inline TLS private key (its key and value match none of those) and the JAAS config.
-OPTION_REDACTION = r"(?i)url|keystore[.]key|ssl[.]key[.]password|jaas|secret|password|token"
+# inline TLS private key (its key and value match none of those: ``kafka.ssl.keystore.key`` for
+# Spark's Kafka source, ``kafka.ssl.key.pem`` for scg-kafka) and the JAAS config.
+OPTION_REDACTION = r"(?i)url|keystore[.]key|ssl[.]key[.]password|ssl[.]key[.]pem|jaas|secret|password|token"
 OPTION_REDACTION_SETTING = "spark.sql.redaction.options.regex"
 # Spark (4.x, StreamExecution.PROXY_ERROR) decides whether a stopped query's foreachBatch failure
 # is the stop's own interruption by matching the Py4JException's message, a Python traceback that

@@ -37,6 +37,20 @@ def start_query(spark, source_options: Mapping[str, str], starts: Mapping[TopicP
             .start())
 
 
+def start_assigned_query(spark, source_options: Mapping[str, str], writer, checkpoint: str,
+                         trigger: Mapping, name: str):
+    """Start and return the StreamingQuery over the ``scg-kafka`` source
+    (:mod:`pipelines.runtime.assigned_source`, registered on the session): it reads whatever the
+    assignment file named in ``source_options`` says at each micro-batch."""
+    from pipelines.runtime.assigned_source import SOURCE_NAME
+
+    stream = spark.readStream.format(SOURCE_NAME).options(**source_options).load()
+    return (stream.writeStream.queryName(name).foreachBatch(writer)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(**trigger)
+            .start())
+
+
 def remove_checkpoint(fs: HadoopFileSystem, checkpoint: str) -> None:
     """Delete a stopped query's checkpoint (best effort: a leftover is only wasted space)."""
     try:

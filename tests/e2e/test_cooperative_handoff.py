@@ -3,7 +3,8 @@ only the partitions that move. Four `scg run` members share 16 partitions while 
 fifth joins, then one leaves cleanly, then one is SIGKILLed. After each event every member whose
 partitions did not change kept its query (no "revoked", no new "starting query" line, its batches
 go on), the moved partitions flow in their new owners, and the table holds every record exactly
-once (delta-spark)."""
+once (delta-spark). With ``source.reader: scg-kafka`` no member restarts its query in any event,
+also those whose partitions changed: each runs one query from start to end."""
 from __future__ import annotations
 
 import re
@@ -38,6 +39,10 @@ def _restarts(member, after: int) -> int:
     return sum(1 for line in list(member.lines)[after:] if re.search(r"revoked \d+ partition|starting query", line))
 
 
+def _query_starts(member) -> int:
+    return member.count(r"starting query|query started over reader")
+
+
 def _event(members, action, what: str) -> dict[str, float]:
     """Run ``action``; wait until the group settles and every member writes again; return per
     member whether its partitions changed (after checking that the unchanged ones kept their query)
@@ -56,13 +61,15 @@ def _event(members, action, what: str) -> dict[str, float]:
     return {"unchanged": len(unchanged), "members": len(remaining), "seconds": round(time.monotonic() - began, 1)}
 
 
-def test_a_rebalance_pauses_only_the_partitions_that_move(bootstrap, spark, tmp_path, unique_name):
+@pytest.mark.parametrize("reader", ["scg-kafka"])
+def test_a_rebalance_pauses_only_the_partitions_that_move(bootstrap, spark, tmp_path, unique_name, reader):
     create_topic(bootstrap, unique_name, PARTITIONS)
     path = write_pipeline(tmp_path / "pipeline.yaml", bootstrap, unique_name, unique_name, tmp_path,
                           extra='format: {type: json, schema: "id BIGINT, name STRING"}\n'
                                 'spark: {spark.master: "local[1]"}\n')
-    path.write_text(path.read_text().replace("  heartbeat_interval: 500ms\n",
-                                             "  heartbeat_interval: 500ms\n  assignor: cooperative-sticky\n"))
+    path.write_text(path.read_text()
+                    .replace("  heartbeat_interval: 500ms\n", "  heartbeat_interval: 500ms\n  assignor: cooperative-sticky\n")
+                    .replace("  starting_offsets: earliest\n", f"  starting_offsets: earliest\n  reader: {reader}\n"))
     config = load_pipeline(path)
     producer = SteadyProducer(bootstrap, unique_name, rate_per_s=100).start()
     began = time.monotonic()
@@ -85,6 +92,8 @@ def test_a_rebalance_pauses_only_the_partitions_that_move(bootstrap, spark, tmp_
 
     for what, action in (("a fifth member joined", join), ("a member left", leave), ("a member was killed", crash)):
         results[what] = _event(members, action, what)
+        if reader == "scg-kafka":  # one query per member, whatever the event did to its partitions
+            assert all(_query_starts(m) == 1 for m in members), {m.name: _query_starts(m) for m in members}
     acked = producer.stop()
     began = time.monotonic()
     wait_until(lambda: table_reached(config.sink.path, config.name, log_end_offsets(acked)), 180,

@@ -18,13 +18,15 @@ from tests.support.kafka_data import (create_topic, delta_coordinates, json_even
 pytestmark = pytest.mark.integration
 
 
-def test_two_topics_and_added_partitions(bootstrap, spark, tmp_path, unique_name):
+@pytest.mark.parametrize("reader", ["spark-kafka", "scg-kafka"])
+def test_two_topics_and_added_partitions(bootstrap, spark, tmp_path, unique_name, reader):
     first, second = f"{unique_name}-a", f"{unique_name}-b"
     create_topic(bootstrap, first, 2)
     create_topic(bootstrap, second, 1)
     produced = produce(bootstrap, first, json_events(200)) | produce(bootstrap, second, json_events(50))
     path = write_pipeline(tmp_path / "p.yaml", bootstrap, first, unique_name, tmp_path)
-    path.write_text(path.read_text().replace(f"topics: [{first}]", f"topics: [{first}, {second}]"))
+    path.write_text(path.read_text().replace(f"topics: [{first}]", f"topics: [{first}, {second}]")
+                    .replace("  starting_offsets: earliest\n", f"  starting_offsets: earliest\n  reader: {reader}\n"))
     config = load_pipeline(path)
     lines: list[str] = []
     runner = PipelineRunner(config, spark, out=lines.append,
@@ -46,6 +48,8 @@ def test_two_topics_and_added_partitions(bootstrap, spark, tmp_path, unique_name
     assert len(rows) == len(set(rows)) and set(rows) == produced
     assert {p for t, p, _ in rows if t == first} == {0, 1, 2, 3}
     assert any("lag 0" in line for line in lines)
+    if reader == "scg-kafka":  # the added partitions joined the running query
+        assert sum("query started over reader" in line for line in lines) == 1, lines
 
 
 def test_topic_pattern_picks_up_a_new_matching_topic(bootstrap, spark, tmp_path, unique_name):

@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 
 from groupmgr.core import TopicPartition
-from pipelines.runtime.batch_writer import ArrowBatch, BatchWriter, DeadLetterDecisions, TableTargets
+from pipelines.runtime.batch_writer import ArrowBatch, BatchGate, BatchWriter, DeadLetterDecisions, TableTargets
 from groupmgr.core import OffsetRange
 from pipelines.runtime.records import RecordFormat
 from sinks.data_files import WrittenFiles
@@ -86,6 +86,26 @@ def test_a_closed_gate_lets_the_writing_batch_finish_and_the_next_write_nothing(
     assert writer.gate.close(1.0)  # no batch is writing: closed at once
     writer(None, 1)
     assert calls == ["dead", "table", "released", ("kafka", {TopicPartition("t", 0): 5}, "delta:7"), "report"]
+
+
+def test_released_waits_for_a_batch_that_no_longer_reads_the_partitions():
+    """An scg-kafka query dropped a partition: the boundary is the first batch that began after
+    the call and does not read it (every batch that read it has ended by then)."""
+    import threading
+
+    gate, a, b = BatchGate(), TopicPartition("t", 0), TopicPartition("t", 1)
+    gate.enter([a, b])            # a batch over both is writing when the partition is dropped
+    done, mark = [], gate.mark()
+    waiter = threading.Thread(target=lambda: done.append(gate.released([a], mark, 10.0)))
+    waiter.start()
+    gate.exit()
+    gate.enter([a, b])            # planned before the drop: still reads it
+    gate.exit()
+    assert not done
+    gate.enter([b])               # planned after: the boundary
+    waiter.join(10.0)
+    assert done == [True]
+    assert not gate.released([a], gate.mark(), 0.05)  # only a batch that began after the mark counts
 
 
 # -- against real Delta tables (deltalake on tmp_path; only the Spark part, _prepare, is stubbed) --

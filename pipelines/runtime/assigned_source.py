@@ -1,0 +1,213 @@
+"""``scg-kafka``: a Spark streaming source over the partitions the member runs *now*.
+
+Spark's Kafka source fixes its partitions when the query starts, so a member whose assignment
+changes must restart its query. This source (a Python data source, Spark >= 4.2) plans every
+micro-batch over the member's current assignment instead: the runner writes the assignment to a
+small file on the driver (:class:`AssignmentFile`, replaced atomically), the source's planner reads
+it at each trigger, and a partition joins or leaves the query at a batch boundary with no restart.
+The executors read the planned ranges with confluent-kafka (:func:`read_range`).
+
+Division of work:
+
+* driver, Spark's Python planner process — :class:`AssignedKafkaReader` ``latestOffset``: the
+  assignment, the brokers' log ends (``ListOffsets`` with the consumer's isolation level:
+  ``read_committed`` plans up to the last stable offset), admission control, the next
+  :class:`~pipelines.runtime.assigned_offsets.SourceOffset`; ``partitions``: one input partition per
+  non-empty range;
+* executors — ``read``: the range's records, or :class:`KafkaDataLoss`.
+
+What users of Spark's Kafka source rely on is kept: every librdkafka client setting (security
+included) reaches both the planner's admin client and the executors' consumers (options
+``kafka.<librdkafka name>``; ``isolation.level`` defaults to ``read_uncommitted`` as with Spark's
+source), ``maxOffsetsPerTrigger`` / ``minOffsetsPerTrigger`` +
+``maxTriggerDelay`` behave as Spark's, data loss fails the query with Spark's wording, rows have
+Spark's Kafka schema. Offsets live in the Delta table (the source commits nothing to Kafka); the
+checkpoint's offset log records each batch's ranges (:func:`batch_ranges`).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from groupmgr.core import OffsetRange, ScgError, TopicPartition
+from pipelines.runtime.assigned_offsets import (INITIAL, Assignment, RateLimits, SourceOffset, batch_ranges,
+                                                delay_batch, plan_next)
+from pipelines.runtime.kafka_range_reader import KafkaDataLoss, read_range
+from pipelines.runtime.records import KAFKA_ROW_DDL
+
+SOURCE_NAME = "scg-kafka"
+ASSIGNMENT_OPTION = "assignmentFile"
+KAFKA_PREFIX = "kafka."
+LOG_END_GRACE_S = 30.0  # a partition whose log end cannot be read is held this long, then the query fails
+
+
+class LogEndsUnavailable(ScgError):
+    """The brokers did not give some partitions' log ends for ``LOG_END_GRACE_S``."""
+
+    condition = "LOG_END_UNAVAILABLE"
+
+
+class AssignmentFile:
+    """The runner's current assignment, shared with the source's planner on the same host.
+
+    :meth:`write` replaces the file atomically (rename), so a reader sees the old or the new
+    assignment, never a mix; a missing file is an empty assignment. Safe across processes."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def write(self, assignment: Assignment) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".assignment-")
+        with os.fdopen(fd, "w") as f:
+            f.write(assignment.to_json())
+        os.replace(tmp, self.path)
+
+    def read(self) -> Assignment:
+        try:
+            return Assignment.from_json(self.path.read_text())
+        except FileNotFoundError:
+            return Assignment()
+
+
+class RangePartition(InputPartition):
+    """One planned range, read by one Spark task (picklable)."""
+
+    def __init__(self, rng: OffsetRange):
+        super().__init__(rng)
+        self.range = rng
+
+
+PEM_FILE_SETTINGS = {"ssl.ca.location": "ssl.ca.pem", "ssl.certificate.location": "ssl.certificate.pem",
+                     "ssl.key.location": "ssl.key.pem"}
+
+
+def assigned_source_options(client_config: Mapping[str, object], assignment_file: str | os.PathLike,
+                            source) -> dict[str, str]:
+    """:func:`source_options` for a pipeline's ``source`` section (``SourceSpec``): its rate
+    limits, and the TLS files given by path read here, on the driver, and passed inline
+    (``ssl.*.pem``), so executors need not have them (as Spark's Kafka source does with its
+    inline PEM stores)."""
+    config = dict(client_config)
+    for location, inline in PEM_FILE_SETTINGS.items():
+        path = config.pop(location, None)
+        if path:
+            config[inline] = Path(str(path)).read_text()
+    limits = RateLimits(source.max_offsets_per_trigger, source.min_offsets_per_trigger,
+                        source.max_trigger_delay_ms or RateLimits.max_delay_ms)
+    return source_options(config, assignment_file, limits)
+
+
+def source_options(client_config: Mapping[str, object], assignment_file: str | os.PathLike,
+                   limits: RateLimits) -> dict[str, str]:
+    """The options of :class:`AssignedKafkaSource` for librdkafka ``client_config`` (secrets
+    revealed: Spark redacts them by name, see ``spark_session.OPTION_REDACTION``)."""
+    options = {f"{KAFKA_PREFIX}{k}": str(v) for k, v in client_config.items()}
+    options[ASSIGNMENT_OPTION] = str(assignment_file)
+    if limits.max_rows is not None:
+        options["maxOffsetsPerTrigger"] = str(limits.max_rows)
+    if limits.min_rows is not None:
+        options["minOffsetsPerTrigger"] = str(limits.min_rows)
+        options["maxTriggerDelayMs"] = str(limits.max_delay_ms)
+    return options
+
+
+class AssignedKafkaSource(DataSource):
+    """The data source registered as ``scg-kafka`` (see the module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return KAFKA_ROW_DDL
+
+    def streamReader(self, schema) -> AssignedKafkaReader:
+        return AssignedKafkaReader(self.options)
+
+
+class AssignedKafkaReader(DataSourceStreamReader):
+    """Plans on the driver, reads on the executors (see the module docstring). The planner's
+    methods run in one long-lived process per query, one call at a time."""
+
+    def __init__(self, options: Mapping[str, str]):
+        self.client_config = {k[len(KAFKA_PREFIX):]: v for k, v in options.items() if k.startswith(KAFKA_PREFIX)}
+        # Spark's Kafka source reads with the Java client's default; librdkafka's is read_committed
+        self.client_config.setdefault("isolation.level", "read_uncommitted")
+        self.assignment_file = AssignmentFile(options[ASSIGNMENT_OPTION])
+        max_rows = options.get("maxOffsetsPerTrigger")
+        min_rows = options.get("minOffsetsPerTrigger")
+        self.limits = RateLimits(int(max_rows) if max_rows else None, int(min_rows) if min_rows else None,
+                                 int(options.get("maxTriggerDelayMs", RateLimits.max_delay_ms)))
+        self._probe = None
+        self._last_batch_ms = time.time() * 1000
+        self._unanswered_since: dict[TopicPartition, float] = {}
+
+    # -- planning (driver) ------------------------------------------------------------------------
+    def initialOffset(self) -> dict:
+        return INITIAL.to_dict()
+
+    def getDefaultReadLimit(self):
+        return ReadMaxRows(self.limits.max_rows) if self.limits.max_rows is not None else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        previous = SourceOffset.from_dict(start)
+        assignment = self.assignment_file.read()
+        log_ends = self._log_ends(list(assignment.claims))
+        capped = isinstance(limit, ReadMaxRows)
+        plan = plan_next(previous, assignment, log_ends, limit.max_rows if capped else None)
+        if plan.behind:
+            tp, (stands, log_end) = min(plan.behind.items())
+            raise KafkaDataLoss(tp, f"the query stands at offset {stands} but the log now ends at {log_end}")
+        now_ms = time.time() * 1000
+        moved = plan.offset.claims != previous.claims
+        if not moved and not isinstance(limit, ReadAllAvailable) and \
+                delay_batch(plan.ready(previous), self.limits, self._last_batch_ms, now_ms):
+            return start
+        if plan.ready(previous) > 0 or moved:
+            self._last_batch_ms = now_ms
+        return plan.offset.to_dict()
+
+    def partitions(self, start: dict, end: dict):
+        ranges = batch_ranges(SourceOffset.from_dict(start), SourceOffset.from_dict(end))
+        return [RangePartition(r) for r in ranges if r.end > r.start]
+
+    def commit(self, end: dict) -> None:
+        """Nothing: the Delta table holds the offsets (the batch writer commits them)."""
+
+    def stop(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
+
+    # -- reading (executors) ----------------------------------------------------------------------
+    def read(self, partition: RangePartition):
+        return read_range(self.client_config, partition.range)
+
+    # -- internals --------------------------------------------------------------------------------
+    def _log_ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Log ends (last stable offsets under ``read_committed``); a partition the brokers do
+        not answer for is left out (it keeps its place) for up to ``LOG_END_GRACE_S``, the admin
+        client being replaced after each such answer (its metadata may predate the partition)."""
+        from pipelines.runtime.broker_probe import BrokerProbe
+
+        if self._probe is None:
+            admin = {k: v for k, v in self.client_config.items() if k != "isolation.level"}
+            self._probe = BrokerProbe(admin)
+        committed_only = self.client_config.get("isolation.level") == "read_committed"
+        found, errors = self._probe.log_ends(partitions, committed_only=committed_only)
+        if errors:  # e.g. a partition added to a topic: a new client starts from fresh metadata
+            self._probe.close()
+        now = time.monotonic()
+        for tp in partitions:
+            if tp in found:
+                self._unanswered_since.pop(tp, None)
+            elif now - self._unanswered_since.setdefault(tp, now) >= LOG_END_GRACE_S:
+                raise LogEndsUnavailable(f"[{errors[tp]}] the log end of {tp.topic}-{tp.partition} was not "
+                                         f"available for {LOG_END_GRACE_S:.0f}s")
+        return found

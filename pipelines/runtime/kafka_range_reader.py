@@ -1,0 +1,182 @@
+"""Read one planned offset range of one partition into Arrow record batches (runs on executors).
+
+The rows have the columns and types of Spark's Kafka source (``KAFKA_ROW_DDL``: key, value,
+topic, partition, offset, timestamp, timestampType), so the batch path cannot tell the two sources
+apart. Reading follows the consumer's ``isolation.level``: with ``read_committed`` aborted
+records and transaction markers are skipped, and the planned end never passes the last stable
+offset (the planner asks for it with the same isolation level).
+
+Guarantees, offsets being next-offset-to-read (docs/DESIGN.md, invariant 2):
+
+* every record with ``start <= offset < end`` that the log still holds is yielded once, in offset
+  order; nothing at or past ``end`` is;
+* a gap is accepted only where the log itself has none to give (compaction, transaction markers,
+  aborted records); records deleted before they were read — the partition's earliest offset has
+  passed the one wanted, or the log ends before ``end`` (truncation) — raise
+  :class:`KafkaDataLoss`, which names the partition and the lost offsets (the runner applies the
+  pipeline's ``on_data_loss`` to it, as with Spark's ``failOnDataLoss``);
+* a read that makes no progress for ``stall_timeout_s`` raises :class:`KafkaReadStalled` (the
+  query fails and the runner restarts it from the table's offsets);
+* the consumer never joins a group and never commits: offsets live in the Delta table.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+
+import pyarrow as pa
+
+from groupmgr.core import OffsetRange, ScgError, TopicPartition
+
+KAFKA_ROW_ARROW = pa.schema([
+    pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()), pa.field("offset", pa.int64()),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC")), pa.field("timestampType", pa.int32()),
+])  # what Spark expects from a Python source declaring KAFKA_ROW_DDL (to_arrow_schema, UTC)
+FETCH_ROWS = 10_000          # records per consume() call and at most per Arrow batch
+STALL_TIMEOUT_S = 120.0      # Spark's kafkaConsumer.pollTimeoutMs
+READER_SETTINGS = {          # fixed: this consumer only reads an assigned range
+    "group.id": "scg-range-reader",  # required by librdkafka; never joined (assign only)
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": True,
+    "auto.offset.reset": "error",
+}
+
+
+class KafkaDataLoss(ScgError):
+    """Records planned for a micro-batch are gone from the log (retention or truncation)."""
+
+    condition = "KAFKA_DATA_LOSS"
+
+    def __init__(self, tp: TopicPartition, detail: str):
+        self.tp = tp
+        super().__init__(f"[KAFKA_DATA_LOSS] {tp.topic}-{tp.partition}: {detail}. Some data may have been lost")
+
+
+def _lost(rng: OffsetRange, first_missing: int, why: str) -> KafkaDataLoss:
+    return KafkaDataLoss(rng.tp, f"offsets from {first_missing} were planned (range [{rng.start}, {rng.end})) "
+                                 f"but {why}")
+
+
+class KafkaReadStalled(ScgError):
+    """The brokers gave no record and no end of log for too long."""
+
+    condition = "KAFKA_READ_STALLED"
+
+    def __init__(self, rng: OffsetRange, at: int, waited_s: float):
+        super().__init__(f"[KAFKA_READ_STALLED] {rng.topic}-{rng.partition}: no progress at offset {at} for "
+                         f"{waited_s:.0f}s while reading [{rng.start}, {rng.end}) (TimeoutException)")
+
+
+def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, consumer_factory=None,
+               fetch_rows: int = FETCH_ROWS, stall_timeout_s: float = STALL_TIMEOUT_S,
+               clock=time.monotonic) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``rng`` as Arrow batches of at most ``fetch_rows`` rows.
+    ``client_config``: librdkafka settings (bootstrap, security, ``isolation.level``)."""
+    if rng.end <= rng.start:
+        return
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = (consumer_factory or Consumer)({**client_config, **READER_SETTINGS})
+    try:
+        consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
+        expected, last_progress = rng.start, clock()
+        while expected < rng.end:
+            messages = consumer.consume(fetch_rows, 1.0)
+            rows = _Columns(rng)
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    expected = _on_error(consumer, rng, expected, message, error)
+                    if expected >= rng.end:
+                        break
+                    continue
+                offset = message.offset()
+                if offset >= rng.end:
+                    expected = rng.end
+                    break
+                if offset > expected:
+                    _check_gap(consumer, rng, expected)
+                rows.add(message)
+                expected = offset + 1
+            if rows.count:
+                yield rows.batch()
+            if messages:
+                last_progress = clock()
+            elif clock() - last_progress >= stall_timeout_s:
+                raise KafkaReadStalled(rng, expected, clock() - last_progress)
+    finally:
+        consumer.close()
+
+
+def _on_error(consumer, rng: OffsetRange, expected: int, message, error) -> int:
+    """The offset reading stands at after an error event: the end of log when it covers the
+    range; data loss otherwise; other errors raise as the client's exception."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    code = error.code()
+    if code == KafkaError._PARTITION_EOF:
+        log_end = message.offset()
+        if log_end >= rng.end:
+            return rng.end
+        earliest = _earliest(consumer, rng)
+        if earliest is not None and earliest > expected:
+            raise _lost(rng, expected, f"the log now starts at {earliest}")
+        raise _lost(rng, max(expected, log_end), f"the log ends at {log_end}")
+    if code == KafkaError._AUTO_OFFSET_RESET or code == KafkaError.OFFSET_OUT_OF_RANGE:
+        earliest = _earliest(consumer, rng)
+        raise _lost(rng, expected, "the offset is out of the log's range"
+                    + (f" (it starts at {earliest})" if earliest is not None else ""))
+    if error.retriable() or not error.fatal():
+        return expected  # librdkafka retries transient fetch errors itself
+    raise KafkaException(error)
+
+
+def _check_gap(consumer, rng: OffsetRange, expected: int) -> None:
+    """A record past ``expected`` arrived: fine when the log still starts at or before
+    ``expected`` (compaction, markers, aborted records), data loss when it starts after."""
+    earliest = _earliest(consumer, rng)
+    if earliest is not None and earliest > expected:
+        raise _lost(rng, expected, f"the log now starts at {earliest}")
+
+
+def _earliest(consumer, rng: OffsetRange) -> int | None:
+    from confluent_kafka import TopicPartition
+
+    try:
+        low, _high = consumer.get_watermark_offsets(TopicPartition(rng.topic, rng.partition),
+                                                    timeout=10.0, cached=False)
+        return low if low >= 0 else None
+    except Exception:  # noqa: BLE001 - unknown: the gap is not called a loss on a guess
+        return None
+
+
+class _Columns:
+    """Column lists for one Arrow batch of one partition."""
+
+    __slots__ = ("rng", "keys", "values", "offsets", "timestamps", "types")
+
+    def __init__(self, rng: OffsetRange):
+        self.rng = rng
+        self.keys, self.values, self.offsets, self.timestamps, self.types = [], [], [], [], []
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets)
+
+    def add(self, message) -> None:
+        self.keys.append(message.key())
+        self.values.append(message.value())
+        self.offsets.append(message.offset())
+        kind, ms = message.timestamp()
+        self.timestamps.append(ms * 1000 if kind else None)
+        self.types.append(kind - 1)  # librdkafka 1 create / 2 log append -> Kafka's 0 / 1 (none: -1)
+
+    def batch(self) -> pa.RecordBatch:
+        n = self.count
+        return pa.RecordBatch.from_arrays([
+            pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
+            pa.array([self.rng.topic] * n, pa.string()), pa.array([self.rng.partition] * n, pa.int32()),
+            pa.array(self.offsets, pa.int64()), pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
+            pa.array(self.types, pa.int32())], schema=KAFKA_ROW_ARROW)

@@ -1,0 +1,77 @@
+"""``source.reader: scg-kafka`` with real group members (issue 12): two runners in one Spark
+session share a cooperative group. When the second joins, partitions move from the first to the
+second without either query restarting (same query id, batch ids go on), each partition is
+released only after its last batch in the old owner ended, and the table holds every record
+exactly once (delta-spark)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from pipelines.config import load_pipeline
+from pipelines.runtime.runner import PipelineRunner, group_member_factory
+from tests.support.kafka_data import (create_topic, delta_coordinates, json_events, log_end_offsets, produce,
+                                      table_reached, write_pipeline)
+
+pytestmark = pytest.mark.integration
+PARTITIONS = 4
+
+
+class Member:
+    """One runner on its own thread, its progress lines kept."""
+
+    def __init__(self, config, spark):
+        self.lines: list[str] = []
+        self.runner = PipelineRunner(config, spark, out=self.lines.append,
+                                     member_factory=lambda c, l: group_member_factory(c, l, metadata_max_age_ms=1000))
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.runner.run, args=(self.stop,), daemon=True)
+        self.thread.start()
+
+    def owned(self):
+        return set(self.runner._owned)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(120)
+        assert not self.thread.is_alive()
+
+
+def test_partitions_move_between_following_queries_without_a_restart(bootstrap, spark, tmp_path, unique_name):
+    create_topic(bootstrap, unique_name, PARTITIONS)
+    produced = produce(bootstrap, unique_name, json_events(400))
+    path = write_pipeline(tmp_path / "p.yaml", bootstrap, unique_name, unique_name, tmp_path)
+    path.write_text(path.read_text()
+                    .replace("  heartbeat_interval: 500ms\n", "  heartbeat_interval: 500ms\n  assignor: cooperative-sticky\n")
+                    .replace("  starting_offsets: earliest\n", "  starting_offsets: earliest\n  reader: scg-kafka\n"))
+    config = load_pipeline(path)
+    first = Member(config, spark)
+    second = None
+    try:
+        _wait(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
+        query_id = first.runner._query.id
+        second = Member(config, spark)
+        _wait(lambda: len(first.owned()) == len(second.owned()) == PARTITIONS // 2, 180)
+        produced |= produce(bootstrap, unique_name, json_events(400, start=400))
+        _wait(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
+        assert first.runner._query.id == query_id  # the same query read before and after
+        for member in (first, second):
+            assert sum("query started over reader" in line for line in member.lines) == 1, member.lines
+            assert not any("starting query" in line for line in member.lines), member.lines
+        assert any("revoked 2 partition(s); the query reads them no more" in line for line in first.lines), first.lines
+    finally:
+        for member in (second, first):
+            if member is not None:
+                member.close()
+    rows = delta_coordinates(spark, config.sink.path)
+    assert len(rows) == len(set(rows)), "duplicate (topic, partition, offset) rows"
+    assert set(rows) == produced
+
+
+def _wait(predicate, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
