@@ -1,0 +1,180 @@
+"""The scg-kafka planner and range reader without a broker: fakes stand for the admin client and
+the consumer (their real behaviour is covered in tests/integration/test_assigned_source.py)."""
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from groupmgr.core import OffsetRange, TopicPartition
+from pipelines.runtime import assigned_source
+from pipelines.runtime.assigned_offsets import INITIAL, Assignment, Claim, RateLimits, SourceOffset
+from pipelines.runtime.assigned_source import (AssignedKafkaReader, AssignmentFile, LogEndsUnavailable,
+                                               assigned_source_options, source_options)
+from pipelines.runtime.kafka_range_reader import KafkaDataLoss, KafkaReadStalled, read_range
+
+A, B = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+class FakeProbe:
+    def __init__(self, ends):
+        self.ends, self.closed = dict(ends), 0
+
+    def log_ends(self, partitions, committed_only=False):
+        self.committed_only = committed_only
+        return ({tp: self.ends[tp] for tp in partitions if tp in self.ends},
+                {tp: "LEADER_NOT_AVAILABLE" for tp in partitions if tp not in self.ends})
+
+    def close(self):
+        self.closed += 1
+
+
+def reader(tmp_path, claims, ends, limits=RateLimits(), **config):
+    file = AssignmentFile(tmp_path / "assignment.json")
+    file.write(Assignment(claims))
+    r = AssignedKafkaReader(source_options({"bootstrap.servers": "x", **config}, file.path, limits))
+    r._probe = FakeProbe(ends)
+    return r
+
+
+def test_the_planner_reads_the_assignment_file_at_every_call(tmp_path):
+    r = reader(tmp_path, {A: Claim(1, 3)}, {A: 10, B: 7})
+    first = r.latestOffset(INITIAL.to_dict(), ReadAllAvailable())
+    assert SourceOffset.from_dict(first).end == {A: 10}
+    r.assignment_file.write(Assignment({B: Claim(2, 0)}))
+    second = SourceOffset.from_dict(r.latestOffset(first, ReadAllAvailable()))
+    assert second.end == {B: 7} and second.starts == {B: 0}
+    assert [p.range for p in r.partitions(first, second.to_dict())] == [OffsetRange("t", 1, 0, 7)]
+
+
+def test_the_planner_asks_for_last_stable_offsets_only_under_read_committed(tmp_path):
+    r = reader(tmp_path, {A: Claim(1, 0)}, {A: 5})
+    r.latestOffset(INITIAL.to_dict(), ReadAllAvailable())
+    assert r._probe.committed_only is False  # Spark's Kafka source default: read_uncommitted
+    r = reader(tmp_path, {A: Claim(1, 0)}, {A: 5}, **{"isolation.level": "read_committed"})
+    r.latestOffset(INITIAL.to_dict(), ReadAllAvailable())
+    assert r._probe.committed_only is True
+
+
+def test_max_rows_caps_the_batch(tmp_path):
+    r = reader(tmp_path, {A: Claim(1, 0), B: Claim(1, 0)}, {A: 300, B: 100}, RateLimits(max_rows=40))
+    assert isinstance(r.getDefaultReadLimit(), ReadMaxRows)
+    end = SourceOffset.from_dict(r.latestOffset(INITIAL.to_dict(), ReadMaxRows(40))).end
+    assert end == {A: 30, B: 10}
+
+
+def test_min_rows_waits_for_data_but_never_delays_an_assignment_change(tmp_path):
+    r = reader(tmp_path, {A: Claim(1, 0)}, {A: 5}, RateLimits(max_rows=1000, min_rows=100, max_delay_ms=600_000))
+    first = r.latestOffset(INITIAL.to_dict(), ReadMaxRows(1000))  # the claim is new: planned at once
+    r._probe.ends[A] = 20
+    assert r.latestOffset(first, ReadMaxRows(1000)) == first  # 15 records < 100: wait
+    r.assignment_file.write(Assignment({A: Claim(1, 0), B: Claim(2, 0)}))
+    assert SourceOffset.from_dict(r.latestOffset(first, ReadMaxRows(1000))).claims == {A: 1, B: 2}
+
+
+def test_a_log_that_went_back_below_the_query_is_data_loss(tmp_path):
+    r = reader(tmp_path, {A: Claim(1, 0)}, {A: 50})
+    first = r.latestOffset(INITIAL.to_dict(), ReadAllAvailable())
+    r._probe.ends[A] = 10
+    with pytest.raises(KafkaDataLoss, match=r"KAFKA_DATA_LOSS.*stands at offset 50.*ends at 10"):
+        r.latestOffset(first, ReadAllAvailable())
+
+
+def test_an_unanswered_partition_keeps_its_place_then_fails_the_query(tmp_path, monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(assigned_source.time, "monotonic", lambda: now[0])
+    r = reader(tmp_path, {A: Claim(1, 0), B: Claim(1, 0)}, {A: 5})
+    first = SourceOffset.from_dict(r.latestOffset(INITIAL.to_dict(), ReadAllAvailable()))
+    assert first.end == {A: 5, B: 0}
+    assert r._probe.closed == 1  # the next call asks through a new client (fresh metadata)
+    now[0] += assigned_source.LOG_END_GRACE_S
+    with pytest.raises(LogEndsUnavailable, match="LEADER_NOT_AVAILABLE.*t-1"):
+        r.latestOffset(first.to_dict(), ReadAllAvailable())
+
+
+def test_tls_files_go_inline_and_isolation_keeps_spark_s_default(tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+
+    class Source:
+        max_offsets_per_trigger, min_offsets_per_trigger, max_trigger_delay_ms = 500, None, None
+    options = assigned_source_options({"bootstrap.servers": "x", "ssl.ca.location": str(ca)}, "f", Source())
+    assert options["kafka.ssl.ca.pem"] == "-----BEGIN CERTIFICATE-----\n" and "kafka.ssl.ca.location" not in options
+    assert options["maxOffsetsPerTrigger"] == "500"
+    assert AssignedKafkaReader(options).client_config["isolation.level"] == "read_uncommitted"
+
+
+# -- the range reader with a scripted consumer -------------------------------------------------------
+class Msg:
+    def __init__(self, offset, value=b"v", error=None):
+        self._offset, self._value, self._error = offset, value, error
+
+    def error(self):
+        return self._error
+
+    def offset(self):
+        return self._offset
+
+    def key(self):
+        return None
+
+    def value(self):
+        return self._value
+
+    def timestamp(self):
+        return (1, 1_700_000_000_000)
+
+
+class Eof:
+    def code(self):
+        return KafkaError._PARTITION_EOF
+
+
+class FakeConsumer:
+    def __init__(self, polls, low=0):
+        self.polls, self.low, self.closed = list(polls), low, False
+
+    def assign(self, partitions):
+        self.assigned = partitions
+
+    def consume(self, n, timeout):
+        return self.polls.pop(0) if self.polls else []
+
+    def get_watermark_offsets(self, tp, timeout, cached):
+        return self.low, 100
+
+    def close(self):
+        self.closed = True
+
+
+def read(polls, rng, low=0, **kwargs):
+    consumer = FakeConsumer(polls, low)
+    rows = [r["offset"] for b in read_range({}, rng, consumer_factory=lambda c: consumer, **kwargs) for r in b.to_pylist()]
+    assert consumer.closed
+    return rows
+
+
+def test_records_at_or_past_the_end_are_not_yielded():
+    assert read([[Msg(5), Msg(6)], [Msg(7), Msg(8)]], OffsetRange("t", 0, 5, 8)) == [5, 6, 7]
+
+
+def test_a_gap_the_log_still_covers_is_fine_a_gap_below_its_start_is_data_loss():
+    assert read([[Msg(5), Msg(7)]], OffsetRange("t", 0, 5, 8), low=0) == [5, 7]  # marker or compaction
+    with pytest.raises(KafkaDataLoss, match="offsets from 5 .*starts at 7"):
+        read([[Msg(7)]], OffsetRange("t", 0, 5, 8), low=7)
+
+
+def test_the_end_of_the_log_before_the_planned_end_is_data_loss():
+    assert read([[Msg(5), Msg(8, error=Eof())]], OffsetRange("t", 0, 5, 8)) == [5]  # markers up to the end
+    with pytest.raises(KafkaDataLoss, match="the log ends at 6"):
+        read([[Msg(5), Msg(6, error=Eof())]], OffsetRange("t", 0, 5, 8))
+
+
+def test_a_read_without_progress_stalls_after_its_bound():
+    now = [0.0]
+
+    def clock():
+        now[0] += 10.0
+        return now[0]
+    with pytest.raises(KafkaReadStalled, match="no progress at offset 5"):
+        read([], OffsetRange("t", 0, 5, 8), stall_timeout_s=30.0, clock=clock)
