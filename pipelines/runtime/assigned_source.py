@@ -204,6 +204,7 @@ class AssignedKafkaReader(DataSourceStreamReader):
         if errors:  # e.g. a partition added to a topic: a new client starts from fresh metadata
             self._probe.close()
         now = time.monotonic()
+        self._unanswered_since = {tp: t for tp, t in self._unanswered_since.items() if tp in errors}
         for tp in partitions:
             if tp in found:
                 self._unanswered_since.pop(tp, None)

@@ -26,6 +26,7 @@ import yaml
 from pipelines.config import load_pipeline
 from pipelines.local.acls import Acl, AclAdmin
 from pipelines.local.certificates import ensure_certificates, issue_client_certificate
+from pipelines.runtime.assigned_source import SOURCE_NAME, AssignedKafkaSource, assigned_source_options
 from pipelines.runtime.install_paths import PROJECT_ROOT
 from pipelines.runtime.kafka_access import check_kafka_access
 from pipelines.runtime.pipeline_tables import open_tables
@@ -94,9 +95,11 @@ def _own_principal(security, listener: str, tmp_path: Path, name: str) -> tuple[
     return kafka, certificate.principal, [line for line in key_lines if line and not line.startswith("-----")][:2]
 
 
-@pytest.mark.parametrize("listener", ["sasl_ssl", "mtls"])
-def test_two_members_share_a_topic_exactly_once_over_a_secured_listener(listener, secure_kafka, spark, tmp_path,
-                                                                      unique_name):
+@pytest.mark.parametrize("listener, reader", [("sasl_ssl", "spark-kafka"), ("mtls", "scg-kafka")])
+def test_two_members_share_a_topic_exactly_once_over_a_secured_listener(listener, reader, secure_kafka, spark,
+                                                                      tmp_path, unique_name):
+    """Each reader over one listener: Spark's Kafka source (JAAS options) and scg-kafka (librdkafka
+    on the executors, the client key passed inline)."""
     security = secure_kafka.security
     admin = security.admin_config()
     topic = group = unique_name
@@ -110,7 +113,8 @@ def test_two_members_share_a_topic_exactly_once_over_a_secured_listener(listener
     events.mkdir()
     path = _pipeline(tmp_path / "pipeline.yaml", kafka, topic, group,
                      {"spark": {"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),
-                                "spark.eventLog.compress": "false"}})
+                                "spark.eventLog.compress": "false"},
+                      "source": {"starting_offsets": "earliest", "reader": reader}})
     config = load_pipeline(path)
 
     validated = _scg("validate", path)
@@ -145,8 +149,8 @@ def test_two_members_share_a_topic_exactly_once_over_a_secured_listener(listener
 
 def test_no_secret_in_plans_progress_or_repr(secure_kafka, spark, tmp_path, unique_name, capsys):
     """The options the member gives Spark's Kafka source (SCRAM over TLS, and the inline client
-    key of the mutual-TLS listener) are redacted in ``explain`` and ``lastProgress``; no config or
-    runtime object's ``repr`` shows them."""
+    key of the mutual-TLS listener) are redacted in ``explain`` and ``lastProgress``, so are the
+    scg-kafka reader's; no config or runtime object's ``repr`` shows them."""
     security = secure_kafka.security
     topic = group = unique_name
     create_topic(security.sasl_ssl_bootstrap, topic, 1, client=security.admin_config())
@@ -172,6 +176,10 @@ def test_no_secret_in_plans_progress_or_repr(secure_kafka, spark, tmp_path, uniq
         tables = open_tables(config, spark)
         shown += [repr(config), str(config.describe()), repr(config.kafka), repr(member_config_for(config)),
                   repr(tables), repr(tables.table)]
+        spark.dataSource.register(AssignedKafkaSource)  # the scg-kafka reader's options (inline key included)
+        follow = spark.readStream.format(SOURCE_NAME).options(
+            **assigned_source_options(config.kafka.confluent_config(), tmp_path / "assignment.json", config.source)).load()
+        follow.explain(True)
     shown.append(capsys.readouterr().out)
     assert "*********(redacted)" in shown[-1] or "(redacted)" in shown[-1], "explain printed no redacted option"
     for canary in canaries:
