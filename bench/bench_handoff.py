@@ -32,15 +32,17 @@ the batch counts for the partitions the member owned at the time. Per event and 
   Also reported: the data gap (last batch in the old owner to first in the new one) and the time
   from the SIGTERM/SIGKILL.
 
-Ingest throughput: both modes read with Spark's own Kafka source (one query per assignment of
-the member, restarted at a batch boundary when the assignment changes), so their ingest path is
-the same. The bench does not measure it again. It quotes bench/results/e2e.json (this project vs
-plain Spark into delta-spark, same run) when that file exists.
+Modes (``--modes``, all three by default): ``eager`` (range) and ``cooperative``
+(cooperative-sticky) read with Spark's own Kafka source (one query per assignment of the member,
+restarted at a batch boundary when the assignment changes); ``follow`` is cooperative-sticky with
+``source.reader: scg-kafka`` (one query per member that follows the assignment, never restarted by
+a rebalance). Ingest throughput of the two readers into the same sink is bench/bench_reader.py's
+(bench/results/reader.md, quoted here when it exists).
 
 Writes bench/results/handoff.json and bench/results/handoff.md (``--name`` changes the stem).
 
     .venv/bin/python bench/bench_handoff.py [--partitions 12] [--members 3] [--rate 100]
-        [--steady 20] [--modes eager,cooperative] [--quick] [--name handoff]
+        [--steady 20] [--modes eager,cooperative,follow] [--quick] [--name handoff]
 
 ``--quick``: ``--steady 8`` (a smoke run; the numbers are noisier).
 """
@@ -339,25 +341,6 @@ def _one_line(e: dict) -> str:
 
 
 # -- throughput (quoted) ---------------------------------------------------------------------------
-def quoted_throughput() -> dict:
-    """This project vs plain Spark into delta-spark, from bench/results/e2e.json (same run there)."""
-    path = RESULTS / "e2e.json"
-    if not path.exists():
-        return {"source": None}
-    data = json.loads(path.read_text())
-    out: dict = {"source": "bench/results/e2e.json", "master": data.get("local", {}).get("master")}
-    for run in data.get("local", {}).get("runs", []):
-        dataset = run["label"].split("-", 1)[0]
-        out.setdefault(dataset, {}).setdefault(run["variant"], []).append(run["records_per_s"])
-    for dataset, variants in list(out.items()):
-        if isinstance(variants, dict):
-            med = {v: statistics.median(rs) for v, rs in variants.items()}
-            out[dataset] = {"records_per_s_median": med,
-                            "scg_vs_spark_delta": (med["scg"] / med["spark_delta"]
-                                                   if "scg" in med and "spark_delta" in med else None)}
-    return out
-
-
 # -- report ------------------------------------------------------------------------------------------
 ROWS = [  # (label, getter, digits)
     ("group settled after the action (s)", lambda e: e["settled_s"], 1),
@@ -442,19 +425,13 @@ def markdown(results: dict) -> str:
                 "a balanced assignment changes every member's set (e.g. 12 over 3 → 4 members takes one "
                 "partition from each). Their staying partitions then pause for the query restart at a batch "
                 "boundary. Fewer partitions per member (e.g. `--partitions 10`) leave some members unchanged.", ""]
-    tp = results.get("throughput", {})
+    reader = RESULTS / "reader.md"
     out += ["## Ingest throughput", "",
-            "Both modes read with **Spark's own Kafka source**: one `format(\"kafka\")` query per member "
-            "over its current assignment, restarted at a batch boundary when the assignment changes. "
-            "The cooperative hand-off does not replace the source, so its ingest throughput is the same "
-            "path as the eager one and as this project's normal path. It is not measured again here."]
-    for dataset in ("200B", "1KB"):
-        d = tp.get(dataset)
-        if d and d.get("scg_vs_spark_delta"):
-            med = d["records_per_s_median"]
-            out.append(f"From {tp['source']} ({tp.get('master')}, {dataset} records): this project "
-                       f"{med['scg']:,.0f} rec/s vs plain Spark Kafka source → delta-spark "
-                       f"{med['spark_delta']:,.0f} rec/s (ratio {d['scg_vs_spark_delta']:.2f}).")
+            "`eager` and `cooperative` read with Spark's own Kafka source, `follow` with scg-kafka. "
+            "bench/bench_reader.py measures the two readers into the same sink in one run"
+            + (" (bench/results/reader.md):" if reader.exists() else " (no result file yet).")]
+    if reader.exists():
+        out += [""] + [line for line in reader.read_text().splitlines() if line.startswith("|")]
     out.append("")
     return "\n".join(out) + "\n"
 
@@ -496,7 +473,7 @@ def main() -> None:
     print(f"scratch directory {base}", flush=True)
     results: dict = {"partitions": args.partitions, "members": args.members, "rate": args.rate,
                      "steady_s": args.steady, "cpu_count": os.cpu_count(), "load_average_start": os.getloadavg(),
-                     "commit": _commit(), "throughput": quoted_throughput(), "modes": {}}
+                     "commit": _commit(), "modes": {}}
     out = Path(args.out)
     started: list[TimedMember] = []
     kafka = LocalKafka(base / "kafka")

@@ -376,7 +376,8 @@ class PipelineConfig(_PicklableMappings):
         auth = sec.protocol + (f"/{sec.sasl_mechanism} user={sec.sasl_username}" if sec.uses_sasl else "")
         trigger = "available_now" if self.trigger.available_now else f"every {self.trigger.processing_time_ms}ms"
         return (f"{self.name}: topics={subscription} group={self.group.id} "
-                f"assignors={','.join(self.group.assignors)} kafka={self.kafka.bootstrap_string} ({auth}) "
+                f"assignors={','.join(self.group.assignors)} reader={self.source.reader} "
+                f"kafka={self.kafka.bootstrap_string} ({auth}) "
                 f"format={self.format.type} sink={self.sink.path} trigger={trigger}")
 
 

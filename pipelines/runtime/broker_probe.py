@@ -75,11 +75,10 @@ class BrokerProbe:
         of each one they did not."""
         from confluent_kafka.admin import OffsetSpec
 
-        errors: dict = {}
+        partitions, errors = sorted(set(partitions)), {}
         with self._lock:
-            found = self._offsets(self._client(), sorted(set(partitions)), OffsetSpec.latest(), errors,
-                                  committed_only)
-        return found, {tp: errors.get(tp, "PARTITION_UNAVAILABLE") for tp in set(partitions) if tp not in found}
+            found = self._offsets(self._client(), partitions, OffsetSpec.latest(), errors, committed_only)
+        return found, {tp: errors.get(tp, "PARTITION_UNAVAILABLE") for tp in partitions if tp not in found}
 
     def close(self) -> None:
         """Drop the client (librdkafka closes its connections now)."""

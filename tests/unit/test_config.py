@@ -84,6 +84,13 @@ def test_a_minimum_batch_above_the_default_bound_raises_the_bound(tmp_path: Path
     assert config.source.max_offsets_per_trigger == 800_000
 
 
+def test_the_reader_is_spark_s_kafka_source_unless_scg_kafka_is_chosen(tmp_path: Path):
+    assert load(tmp_path).source.reader == "spark-kafka"
+    config = load(tmp_path, source={"reader": "scg-kafka", "max_offsets_per_trigger": 1000})
+    assert (config.source.reader, config.source.max_offsets_per_trigger) == ("scg-kafka", 1000)
+    assert "reader=scg-kafka" in config.summary()
+
+
 def test_relative_paths_resolve_against_the_yaml_directory(tmp_path: Path):
     config = load(tmp_path)
     table = str(tmp_path.resolve() / "out" / "table")
