@@ -35,22 +35,16 @@ from pathlib import Path
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from groupmgr.core import OffsetRange, ScgError, TopicPartition
+from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.assigned_offsets import (INITIAL, Assignment, RateLimits, SourceOffset, batch_ranges,
                                                 delay_batch, plan_next)
-from pipelines.runtime.kafka_range_reader import KafkaDataLoss, read_range
+from pipelines.runtime.kafka_range_reader import KafkaDataLoss, LogEndsUnavailable, read_range
 from pipelines.runtime.records import KAFKA_ROW_DDL
 
 SOURCE_NAME = "scg-kafka"
 ASSIGNMENT_OPTION = "assignmentFile"
 KAFKA_PREFIX = "kafka."
 LOG_END_GRACE_S = 30.0  # a partition whose log end cannot be read is held this long, then the query fails
-
-
-class LogEndsUnavailable(ScgError):
-    """The brokers did not give some partitions' log ends for ``LOG_END_GRACE_S``."""
-
-    condition = "LOG_END_UNAVAILABLE"
 
 
 class AssignmentFile:

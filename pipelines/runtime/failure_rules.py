@@ -39,6 +39,7 @@ from deltalake.exceptions import CommitFailedError, DeltaProtocolError, SchemaMi
 
 from groupmgr.core import ScgError
 from groupmgr.kafka_faults import Backoff, Fault, FaultKind, FaultStreak, classify_kafka, classify_kafka_code
+from pipelines.runtime.kafka_range_reader import KafkaReadStalled, LogEndsUnavailable
 from pipelines.runtime.partition_checks import SourceChanged
 from pipelines.runtime.start_offsets import NoStartingOffsetError
 from sinks.txn_table import FencedWriterError, OffsetGapError, SinkError, StorageUnavailable
@@ -83,7 +84,7 @@ _PYTHON_IO = re.compile(r"\b(?:OSError|ConnectionError|ConnectionRefusedError|Co
                         r"BrokenPipeError|TimeoutError|IOError)\b")
 _CONFLUENT = re.compile(r"KafkaError\{code=(\w+),val=(-?\d+)")
 # The project's own error classes as they appear in a failed batch's Python traceback.
-_PROJECT_TRANSIENT = {cls.__name__: cls.condition for cls in (FencedWriterError,)}
+_PROJECT_TRANSIENT = {cls.__name__: cls.condition for cls in (FencedWriterError, KafkaReadStalled, LogEndsUnavailable)}
 _PROJECT_TRANSIENT[SourceChanged.__name__] = "SOURCE_CHANGED"
 _PROJECT_TRANSIENT.update({"CommitFailedError": "COMMIT_CONFLICT", SinkError.__name__: SinkError.condition})
 _PROJECT_PERMANENT = {cls.__name__: cls.condition for cls in (OffsetGapError, NoStartingOffsetError)}

@@ -67,8 +67,16 @@ def _lost(rng: OffsetRange, first_missing: int, why: str) -> KafkaDataLoss:
                                  f"but {why}")
 
 
+class LogEndsUnavailable(ScgError):
+    """The brokers did not give some partitions' log ends for a while (the scg-kafka planner's
+    ``LOG_END_GRACE_S``): transient, the runner restarts the query after a backoff."""
+
+    condition = "LOG_END_UNAVAILABLE"
+
+
 class KafkaReadStalled(ScgError):
-    """The brokers gave no record and no end of log for too long."""
+    """The brokers gave no record and no end of log for too long: transient, the runner restarts
+    the query from the table's offsets after a backoff."""
 
     condition = "KAFKA_READ_STALLED"
 

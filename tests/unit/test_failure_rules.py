@@ -109,6 +109,22 @@ def test_spark_data_loss_restarts_for_the_partition_checks(text):
     assert (fault.kind, fault.condition) == (TRANSIENT, "KAFKA_DATA_LOSS")
 
 
+@pytest.mark.parametrize("line, condition", [
+    ("pipelines.runtime.kafka_range_reader.KafkaDataLoss: [KAFKA_DATA_LOSS] t-0: offsets from 5 were planned "
+     "(range [5, 9)) but the log now starts at 7. Some data may have been lost", "KAFKA_DATA_LOSS"),
+    ("pipelines.runtime.kafka_range_reader.KafkaReadStalled: [KAFKA_READ_STALLED] t-0: no progress at offset 5 "
+     "for 120s while reading [5, 9) (TimeoutException)", "KAFKA_READ_STALLED"),
+    ("pipelines.runtime.kafka_range_reader.LogEndsUnavailable: [LEADER_NOT_AVAILABLE] the log end of t-0 was not "
+     "available for 30s", "LOG_END_UNAVAILABLE"),
+])
+def test_the_scg_kafka_reader_s_failures_restart_the_query(line, condition):
+    """As a Python worker's traceback inside the query's failure (executor or planner)."""
+    text = STREAM_FAILED.format(cause="org.apache.spark.api.python.PythonException: Traceback (most recent call "
+                                      "last):\n  File \"x.py\", line 1, in read\n" + line)
+    fault = classify_text(text)
+    assert (fault.kind, fault.condition) == (TRANSIENT, condition)
+
+
 def test_source_changed_is_transient_as_raised_and_in_a_batch_traceback():
     from pipelines.runtime.partition_checks import SourceChanged
 
