@@ -99,7 +99,9 @@ def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, consume
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
         expected, end, last_progress = rng.start, rng.end, clock()
         while expected < end:
-            messages = consumer.consume(fetch_rows, 1.0)
+            # consume() waits for as many events as asked (or the timeout): never ask for more than
+            # the range still holds (a record past the end or the end of the log is an event too)
+            messages = consumer.consume(min(fetch_rows, end - expected), 1.0)
             keys, values, offsets, times = [], [], [], []
             add_key, add_value, add_offset, add_time = keys.append, values.append, offsets.append, times.append
             for message in messages:  # the hot loop: about a microsecond per record

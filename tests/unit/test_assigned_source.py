@@ -138,6 +138,7 @@ class FakeConsumer:
         self.assigned = partitions
 
     def consume(self, n, timeout):
+        self.asked = getattr(self, "asked", []) + [n]
         return self.polls.pop(0) if self.polls else []
 
     def get_watermark_offsets(self, tp, timeout, cached):
@@ -156,6 +157,14 @@ def read(polls, rng, low=0, **kwargs):
 
 def test_records_at_or_past_the_end_are_not_yielded():
     assert read([[Msg(5), Msg(6)], [Msg(7), Msg(8)]], OffsetRange("t", 0, 5, 8)) == [5, 6, 7]
+
+
+def test_no_more_records_are_asked_for_than_the_range_holds():
+    """librdkafka's consume(n, timeout) returns early only once n events arrived: asking for more
+    than the range holds made every small range wait for the timeout (a second per partition)."""
+    consumer = FakeConsumer([[Msg(5), Msg(6)], [Msg(7)]])
+    list(read_range({}, OffsetRange("t", 0, 5, 8), consumer_factory=lambda c: consumer, fetch_rows=10_000))
+    assert consumer.asked == [3, 1]
 
 
 def test_a_gap_the_log_still_covers_is_fine_a_gap_below_its_start_is_data_loss():
