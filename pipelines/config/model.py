@@ -209,13 +209,14 @@ class SourceConfig:
     max_trigger_delay_ms: int | None = None  # set (default 15m) only with min_offsets_per_trigger
     on_data_loss: str = "fail"  # fail | skip: records deleted (retention) before they were read
     reader: str = "spark-kafka"  # spark-kafka (one query per assignment) | scg-kafka (follows it, no restart)
+    include_headers: bool = False  # records' headers land in column `headers` of both tables
 
     def spark_options(self) -> dict[str, str]:
-        """Rate-limit options for Spark's Kafka source (not startingOffsets: the runner computes
-        those). ``failOnDataLoss`` is always true: Spark stops the query at a gap and the runner
+        """Rate-limit and header options for Spark's Kafka source (not startingOffsets: the
+        runner computes those). ``failOnDataLoss`` is always true: Spark stops the query at a gap and the runner
         applies ``on_data_loss`` to the partition (a marker row or a stopped partition, never a
         silent skip)."""
-        opts = {"failOnDataLoss": "true"}
+        opts = {"failOnDataLoss": "true", "includeHeaders": str(self.include_headers).lower()}
         opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
         if self.min_offsets_per_trigger is not None:
             opts["minOffsetsPerTrigger"] = str(self.min_offsets_per_trigger)
@@ -378,7 +379,8 @@ class PipelineConfig(_PicklableMappings):
         return (f"{self.name}: topics={subscription} group={self.group.id} "
                 f"assignors={','.join(self.group.assignors)} reader={self.source.reader} "
                 f"kafka={self.kafka.bootstrap_string} ({auth}) "
-                f"format={self.format.type} sink={self.sink.path} trigger={trigger}")
+                f"format={self.format.type}{'+headers' if self.source.include_headers else ''} "
+                f"sink={self.sink.path} trigger={trigger}")
 
 
 def _display(value: Any) -> Any:

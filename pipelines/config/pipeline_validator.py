@@ -53,7 +53,7 @@ GROUP_KEYS = ("id", "assignor", "instance_id", "session_timeout", "heartbeat_int
               "rebalance_timeout", "metadata_max_age", "on_server_assignment")
 ON_SERVER_ASSIGNMENT = ("warn", "fail")
 SOURCE_KEYS = ("starting_offsets", "max_offsets_per_trigger", "min_offsets_per_trigger",
-               "max_trigger_delay", "on_data_loss", "fail_on_data_loss", "reader")
+               "max_trigger_delay", "on_data_loss", "fail_on_data_loss", "reader", "include_headers")
 READERS = ("spark-kafka", "scg-kafka")
 ON_DATA_LOSS = ("fail", "skip")
 FORMAT_KEYS = ("type", "schema", "max_value_bytes")
@@ -386,8 +386,10 @@ def _source(ctx: Ctx, sec: Section) -> SourceConfig:
         limits["max_offsets_per_trigger"] = max(DEFAULT_MAX_OFFSETS_PER_TRIGGER,
                                                 limits["min_offsets_per_trigger"] or 0)
     reader = as_enum(ctx, get("reader"), sec.sub("reader"), READERS) if get("reader") else "spark-kafka"
-    return SourceConfig(starting_offsets=starting, max_trigger_delay_ms=delay,
-                        on_data_loss=_on_data_loss(ctx, sec), reader=reader, **limits)
+    headers = as_bool(ctx, get("include_headers"), sec.sub("include_headers")) \
+        if get("include_headers") is not None else False
+    return SourceConfig(starting_offsets=starting, max_trigger_delay_ms=delay, on_data_loss=_on_data_loss(ctx, sec),
+                        reader=reader, include_headers=headers, **limits)
 
 
 def _check_reader_trigger(ctx: Ctx, top: Section, source: SourceConfig, trigger: TriggerConfig) -> None:

@@ -39,10 +39,11 @@ from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.assigned_offsets import (INITIAL, Assignment, RateLimits, SourceOffset, batch_ranges,
                                                 delay_batch, plan_next)
 from pipelines.runtime.kafka_range_reader import KafkaDataLoss, LogEndsUnavailable, read_range
-from pipelines.runtime.records import KAFKA_ROW_DDL
+from pipelines.runtime.records import kafka_row_ddl
 
 SOURCE_NAME = "scg-kafka"
 ASSIGNMENT_OPTION = "assignmentFile"
+HEADERS_OPTION = "includeHeaders"  # as Spark's Kafka source: "true" adds the column `headers`
 KAFKA_PREFIX = "kafka."
 LOG_END_GRACE_S = 30.0  # a partition whose log end cannot be read is held this long, then the query fails
 
@@ -95,21 +96,26 @@ def assigned_source_options(client_config: Mapping[str, object], assignment_file
             config[inline] = Path(str(path)).read_text()
     limits = RateLimits(source.max_offsets_per_trigger, source.min_offsets_per_trigger,
                         source.max_trigger_delay_ms or RateLimits.max_delay_ms)
-    return source_options(config, assignment_file, limits)
+    return source_options(config, assignment_file, limits, include_headers=source.include_headers)
 
 
 def source_options(client_config: Mapping[str, object], assignment_file: str | os.PathLike,
-                   limits: RateLimits) -> dict[str, str]:
+                   limits: RateLimits, *, include_headers: bool = False) -> dict[str, str]:
     """The options of :class:`AssignedKafkaSource` for librdkafka ``client_config`` (secrets
     revealed: Spark redacts them by name, see ``spark_session.OPTION_REDACTION``)."""
     options = {f"{KAFKA_PREFIX}{k}": str(v) for k, v in client_config.items()}
     options[ASSIGNMENT_OPTION] = str(assignment_file)
+    options[HEADERS_OPTION] = str(include_headers).lower()
     if limits.max_rows is not None:
         options["maxOffsetsPerTrigger"] = str(limits.max_rows)
     if limits.min_rows is not None:
         options["minOffsetsPerTrigger"] = str(limits.min_rows)
         options["maxTriggerDelayMs"] = str(limits.max_delay_ms)
     return options
+
+
+def _headers(options: Mapping[str, str]) -> bool:
+    return options.get(HEADERS_OPTION, "false").strip().lower() == "true"
 
 
 class AssignedKafkaSource(DataSource):
@@ -120,7 +126,7 @@ class AssignedKafkaSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
-        return KAFKA_ROW_DDL
+        return kafka_row_ddl(_headers(self.options))
 
     def streamReader(self, schema) -> AssignedKafkaReader:
         return AssignedKafkaReader(self.options)
@@ -135,6 +141,7 @@ class AssignedKafkaReader(DataSourceStreamReader):
         # Spark's Kafka source reads with the Java client's default; librdkafka's is read_committed
         self.client_config.setdefault("isolation.level", "read_uncommitted")
         self.assignment_file = AssignmentFile(options[ASSIGNMENT_OPTION])
+        self.headers = _headers(options)
         max_rows = options.get("maxOffsetsPerTrigger")
         min_rows = options.get("minOffsetsPerTrigger")
         self.limits = RateLimits(int(max_rows) if max_rows else None, int(min_rows) if min_rows else None,
@@ -181,7 +188,7 @@ class AssignedKafkaReader(DataSourceStreamReader):
 
     # -- reading (executors) ----------------------------------------------------------------------
     def read(self, partition: RangePartition):
-        return read_range(self.client_config, partition.range)
+        return read_range(self.client_config, partition.range, headers=self.headers)
 
     # -- internals --------------------------------------------------------------------------------
     def _log_ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:

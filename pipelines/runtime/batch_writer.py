@@ -43,8 +43,8 @@ from typing import Protocol
 import pyarrow as pa
 
 from groupmgr.core import OffsetRange, TopicPartition
-from pipelines.runtime.records import (DEAD_LETTER, KAFKA_ROW_DDL, OUTPUT, REASON, RecordFormat, classify,
-                                       dead_letters, good_rows, split_rows)
+from pipelines.runtime.records import (DEAD_LETTER, OUTPUT, REASON, RecordFormat, classify,
+                                       dead_letters, good_rows, kafka_row_ddl, split_rows)
 from sinks.data_files import METADATA_DDL, DataFileWriter, WrittenFiles, metadata_batch
 from sinks.txn_table import CommitPlan, CommitResult, FencedWriterError, TxnDeltaTable
 
@@ -231,7 +231,8 @@ def warm_up(spark, fmt: RecordFormat, transform: str | None, tables: TableTarget
     from datetime import datetime, timezone
 
     record = (b"k", b"{}", WARM_UP_TOPIC, 0, 0, datetime.fromtimestamp(0, timezone.utc), 0)
-    warm_up_batch(spark.createDataFrame([record], KAFKA_ROW_DDL), fmt, transform, tables)
+    record += ([("h", b"v")],) if fmt.headers else ()
+    warm_up_batch(spark.createDataFrame([record], kafka_row_ddl(fmt.headers)), fmt, transform, tables)
 
 
 def warm_up_batch(kafka_rows, fmt: RecordFormat, transform: str | None, tables: TableTargets) -> None:

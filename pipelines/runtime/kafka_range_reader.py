@@ -1,8 +1,9 @@
 """Read one planned offset range of one partition into Arrow record batches (runs on executors).
 
 The rows have the columns and types of Spark's Kafka source (``KAFKA_ROW_DDL``: key, value,
-topic, partition, offset, timestamp, timestampType), so the batch path cannot tell the two sources
-apart. Reading follows the consumer's ``isolation.level``: with ``read_committed`` aborted
+topic, partition, offset, timestamp, timestampType; and ``headers`` as with ``includeHeaders``:
+the record's headers in produced order, null when it has none), so the batch path cannot tell the
+two sources apart. Reading follows the consumer's ``isolation.level``: with ``read_committed`` aborted
 records and transaction markers are skipped, and the planned end never passes the last stable
 offset (the planner asks for it with the same isolation level).
 
@@ -33,6 +34,9 @@ KAFKA_ROW_ARROW = pa.schema([
     pa.field("partition", pa.int32()), pa.field("offset", pa.int64()),
     pa.field("timestamp", pa.timestamp("us", tz="UTC")), pa.field("timestampType", pa.int32()),
 ])  # what Spark expects from a Python source declaring KAFKA_ROW_DDL (to_arrow_schema, UTC)
+HEADERS_ARROW = pa.field("headers", pa.list_(pa.struct([pa.field("key", pa.string()),
+                                                        pa.field("value", pa.binary())])))
+KAFKA_ROW_WITH_HEADERS_ARROW = KAFKA_ROW_ARROW.append(HEADERS_ARROW)  # records.kafka_row_ddl(True)
 FETCH_ROWS = 10_000          # records per consume() call and at most per Arrow batch
 STALL_TIMEOUT_S = 120.0      # Spark's kafkaConsumer.pollTimeoutMs
 FETCH_DEFAULTS = {           # the pipeline's client settings may change these
@@ -85,11 +89,12 @@ class KafkaReadStalled(ScgError):
                          f"{waited_s:.0f}s while reading [{rng.start}, {rng.end}) (TimeoutException)")
 
 
-def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, consumer_factory=None,
-               fetch_rows: int = FETCH_ROWS, stall_timeout_s: float = STALL_TIMEOUT_S,
+def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, headers: bool = False,
+               consumer_factory=None, fetch_rows: int = FETCH_ROWS, stall_timeout_s: float = STALL_TIMEOUT_S,
                clock=time.monotonic) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``rng`` as Arrow batches of at most ``fetch_rows`` rows.
-    ``client_config``: librdkafka settings (bootstrap, security, ``isolation.level``)."""
+    """Yield the records of ``rng`` as Arrow batches of at most ``fetch_rows`` rows, with the
+    ``headers`` column when asked. ``client_config``: librdkafka settings (bootstrap, security,
+    ``isolation.level``)."""
     if rng.end <= rng.start:
         return
     from confluent_kafka import Consumer, TopicPartition
@@ -102,7 +107,7 @@ def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, consume
             # consume() waits for as many events as asked (or the timeout): never ask for more than
             # the range still holds (a record past the end or the end of the log is an event too)
             messages = consumer.consume(min(fetch_rows, end - expected), 1.0)
-            keys, values, offsets, times = [], [], [], []
+            keys, values, offsets, times, header_lists = [], [], [], [], [] if headers else None
             add_key, add_value, add_offset, add_time = keys.append, values.append, offsets.append, times.append
             for message in messages:  # the hot loop: about a microsecond per record
                 error = message.error()
@@ -121,9 +126,11 @@ def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, consume
                 add_value(message.value())
                 add_offset(offset)
                 add_time(message.timestamp())
+                if header_lists is not None:
+                    header_lists.append(message.headers())
                 expected = offset + 1
             if offsets:
-                yield _record_batch(rng, keys, values, offsets, times)
+                yield _record_batch(rng, keys, values, offsets, times, header_lists)
             if messages:
                 last_progress = clock()
             elif clock() - last_progress >= stall_timeout_s:
@@ -132,9 +139,12 @@ def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, consume
         consumer.close()
 
 
-def _record_batch(rng: OffsetRange, keys: list, values: list, offsets: list, times: list) -> pa.RecordBatch:
-    """One Arrow batch in :data:`KAFKA_ROW_ARROW`; ``times`` holds librdkafka's ``(type, ms)``
-    (type 0 none, 1 create time, 2 log append time; Kafka's ids are one less, -1 for none)."""
+def _record_batch(rng: OffsetRange, keys: list, values: list, offsets: list, times: list,
+                  header_lists: list | None = None) -> pa.RecordBatch:
+    """One Arrow batch in :data:`KAFKA_ROW_ARROW`, or :data:`KAFKA_ROW_WITH_HEADERS_ARROW` when
+    ``header_lists`` holds each record's ``[(key, value), ...]`` or None; ``times`` holds
+    librdkafka's ``(type, ms)`` (type 0 none, 1 create time, 2 log append time; Kafka's ids are
+    one less, -1 for none)."""
     import pyarrow.compute as pc
 
     n = len(offsets)
@@ -142,10 +152,14 @@ def _record_batch(rng: OffsetRange, keys: list, values: list, offsets: list, tim
     kind = pa.array(kinds, pa.int32())
     stamps = pc.multiply(pa.array(millis, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
     stamps = pc.if_else(pc.equal(kind, 0), pa.scalar(None, stamps.type), stamps)
-    return pa.RecordBatch.from_arrays([
-        pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-        pa.repeat(pa.scalar(rng.topic, pa.string()), n), pa.repeat(pa.scalar(rng.partition, pa.int32()), n),
-        pa.array(offsets, pa.int64()), stamps, pc.subtract(kind, 1)], schema=KAFKA_ROW_ARROW)
+    columns = [pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+               pa.repeat(pa.scalar(rng.topic, pa.string()), n), pa.repeat(pa.scalar(rng.partition, pa.int32()), n),
+               pa.array(offsets, pa.int64()), stamps, pc.subtract(kind, 1)]
+    if header_lists is None:
+        return pa.RecordBatch.from_arrays(columns, schema=KAFKA_ROW_ARROW)
+    # librdkafka gives None for a record without headers, as Spark's source gives null
+    columns.append(pa.array(header_lists, HEADERS_ARROW.type))
+    return pa.RecordBatch.from_arrays(columns, schema=KAFKA_ROW_WITH_HEADERS_ARROW)
 
 
 def _on_error(consumer, rng: OffsetRange, expected: int, message, error) -> int:

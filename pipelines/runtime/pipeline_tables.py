@@ -24,11 +24,12 @@ from groupmgr.core import ExitCategory, ScgError
 
 from pipelines.runtime.batch_writer import apply_transform
 from pipelines.runtime.pipeline_spec import PipelineSpec
-from pipelines.runtime.records import KAFKA_ROW_DDL, RecordFormat, classify, dead_letters, good_rows
+from pipelines.runtime.records import HEADERS, RecordFormat, classify, dead_letters, good_rows, kafka_row_ddl
 from sinks.txn_table import STARTUP_STORAGE_OPTIONS, StorageUnavailable, TxnDeltaTable
 
 COORDINATE_COLUMNS = ("topic", "partition", "offset")
 KEY_BYTES = "key_bytes"
+ADDED_COLUMNS = (KEY_BYTES, HEADERS)  # nullable columns added to a table written without them
 UPGRADE_ATTEMPTS = 5
 SQL_CONTEXT_LOGGER = "SQLQueryContextLogger"   # pyspark.errors.exceptions.captured's logger
 
@@ -103,8 +104,9 @@ def analyse_output(config: PipelineSpec, spark) -> OutputShape:
     from pyspark.errors import PySparkException
     from pyspark.logger import PySparkLogger
 
-    fmt = RecordFormat(config.format.type, config.format.schema_ddl(), config.format.max_value_bytes)
-    empty = spark.createDataFrame([], KAFKA_ROW_DDL)
+    fmt = RecordFormat(config.format.type, config.format.schema_ddl(), config.format.max_value_bytes,
+                       config.source.include_headers)
+    empty = spark.createDataFrame([], kafka_row_ddl(fmt.headers))
     classified = classify(empty, fmt)
     rows = good_rows(classified, fmt)
     # pyspark logs a failed spark.sql with the whole JVM stack trace (logger SQLQueryContextLogger)
@@ -129,46 +131,49 @@ def analyse_output(config: PipelineSpec, spark) -> OutputShape:
 
 def open_tables(config: PipelineSpec, spark) -> PipelineTables:
     """Build the tables and options of ``config`` (errors of :func:`analyse_output` at start-up);
-    an existing output table without ``key_bytes`` gains the column."""
+    existing tables gain the columns of :func:`add_new_columns` they lack."""
     shape = analyse_output(config, spark)
     storage = config.storage.delta_storage_options()
     table = TxnDeltaTable(config.sink.path, config.name, shape.output_schema,
                           config.sink.partition_by, storage_options=storage)
-    add_key_bytes_column(table)
     dead = TxnDeltaTable(config.sink.dead_letter_path, config.name, shape.dead_letter_schema,
                          storage_options=storage)
-    options = {**config.kafka.spark_kafka_options(), **config.source.spark_options(),
-               "includeHeaders": "false"}
+    for each in (table, dead):
+        add_new_columns(each)
+    options = {**config.kafka.spark_kafka_options(), **config.source.spark_options()}
     return PipelineTables(shape.record_format, table, dead, options, config.trigger.spark_trigger_kwargs())
 
 
-def add_key_bytes_column(table: TxnDeltaTable) -> bool:
-    """Add the nullable BINARY ``key_bytes`` column to an existing table that lacks it, when the
-    table's output has it. True when this call added it. A missing table is left alone (it is
-    created with the full schema); members starting together may race: the loser re-reads."""
-    from deltalake import DeltaTable
+def add_new_columns(table: TxnDeltaTable) -> list[str]:
+    """Add to an existing table the nullable columns of :data:`ADDED_COLUMNS` that its output
+    has and the table lacks (``key_bytes`` for a table written before it existed, ``headers``
+    once a pipeline turns on ``source.include_headers``); the names added, in order. A missing
+    table is left alone (it is created with the full schema); members starting together may race:
+    the loser re-reads."""
+    from deltalake import DeltaTable, Schema
     from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
-    from deltalake.schema import Field
 
-    if KEY_BYTES not in table.schema.names:
-        return False
+    wanted = [table.schema.field(name) for name in ADDED_COLUMNS if name in table.schema.names]
+    if not wanted:
+        return []
     given = {key.lower() for key in table.storage_options}
     options = {**{k: v for k, v in STARTUP_STORAGE_OPTIONS.items() if k not in given}, **table.storage_options}
     for attempt in range(UPGRADE_ATTEMPTS):
         try:
             existing = DeltaTable(table.path, storage_options=options)
-            if KEY_BYTES in [f.name for f in existing.schema().fields]:
-                return False
-            existing.alter.add_columns([Field(KEY_BYTES, "binary", nullable=True)])
-            return True
+            present = {f.name for f in existing.schema().fields}
+            missing = [f.with_nullable(True) for f in wanted if f.name not in present]
+            if missing:
+                existing.alter.add_columns(Schema.from_arrow(pa.schema(missing)).fields)
+            return [f.name for f in missing]
         except TableNotFoundError:
-            return False
+            return []
         except (CommitFailedError, DeltaError):
             if attempt == UPGRADE_ATTEMPTS - 1:
                 raise
         except OSError as exc:
             raise StorageUnavailable(table.path, exc) from None
-    return False
+    return []
 
 
 def arrow_schema(df) -> pa.Schema:

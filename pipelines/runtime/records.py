@@ -4,7 +4,9 @@ Output rows keep the Kafka coordinates ``topic, partition, offset, timestamp, ke
 next to the parsed fields, so every row can be audited back to its record. Key rule: ``key_bytes``
 (BINARY) holds the record key's exact bytes; ``key`` (STRING) is the same key decoded as UTF-8, or
 null when those bytes are not valid UTF-8 (never a lossy or invalid string). Both are null when the
-record has no key.
+record has no key. With ``source.include_headers`` both tables also keep the record's ``headers``
+as Spark's Kafka source gives them (``array<struct<key: string, value: binary>>`` in produced order,
+null when the record has none).
 
 Dead-letter rule (docs/DESIGN.md invariant 6; a bad record is never dropped silently), first match wins:
 
@@ -38,10 +40,18 @@ class RecordFormat:
     kind: str                         # "json" | "raw"
     schema_ddl: str | None            # Spark DDL for json, None for raw
     max_value_bytes: int              # longer values are dead letters (format.max_value_bytes)
+    headers: bool = False             # rows carry HEADERS, kept in both tables (source.include_headers)
 
 
 KAFKA_ROW_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
                  "timestamp TIMESTAMP, timestampType INT")  # the rows of Spark's Kafka source
+HEADERS = "headers"
+HEADERS_DDL = f"{HEADERS} ARRAY<STRUCT<key: STRING, value: BINARY>>"  # null when a record has none
+
+
+def kafka_row_ddl(headers: bool) -> str:
+    """The rows of Spark's Kafka source, with ``includeHeaders`` when ``headers``."""
+    return f"{KAFKA_ROW_DDL}, {HEADERS_DDL}" if headers else KAFKA_ROW_DDL
 
 
 class RecordColumns:
@@ -59,6 +69,7 @@ class RecordColumns:
         self.fmt = fmt
         base = [F.col(c) for c in ("topic", "partition", "offset", "timestamp")]
         base += [F.col("key").alias("_raw_key"), F.col("value").alias("_raw_value")]
+        base += [F.col(HEADERS)] if fmt.headers else []
         if fmt.kind == "raw":
             self.classify_steps = ((*base, F.col("value"), _reason(fmt, None, None).alias(REASON)),)
             fields = ["value"]
@@ -74,7 +85,7 @@ class RecordColumns:
                                    ("*", _reason(fmt, corrupt, is_object).alias(REASON)))
             fields = DataType.fromDDL(fmt.schema_ddl).fieldNames()
         self.output_columns = tuple(_output_columns(fmt, fields))
-        self.dead_letter_columns = tuple(_dead_letter_columns())
+        self.dead_letter_columns = tuple(_dead_letter_columns(fmt))
         self.is_good, self.is_dead = F.col(REASON).isNull(), F.col(REASON).isNotNull()
         self.split_columns = (F.when(self.is_good, F.struct(*self.output_columns)).alias(OUTPUT),
                               F.when(self.is_dead, F.struct(*self.dead_letter_columns)).alias(DEAD_LETTER))
@@ -129,10 +140,11 @@ def good_rows(classified: DataFrame, fmt: RecordFormat) -> DataFrame:
 
 
 def _output_columns(fmt: RecordFormat, fields: list[str]) -> list[Column]:
-    """The output table's columns: the coordinates, the key, then ``value`` (raw) or the
-    schema's ``fields`` (json)."""
+    """The output table's columns: the coordinates, the key, the headers (when the format
+    keeps them), then ``value`` (raw) or the schema's ``fields`` (json)."""
     coords = [F.col(c) for c in ("topic", "partition", "offset", "timestamp")]
     coords += [key_text(F.col("_raw_key")).alias("key"), F.col("_raw_key").alias("key_bytes")]
+    coords += [F.col(HEADERS)] if fmt.headers else []
     if fmt.kind == "raw":
         return coords + [F.col("value")]
     return coords + [F.col("_parsed").getField(name).alias(name) for name in fields]
@@ -145,13 +157,15 @@ def key_text(raw_key: Column) -> Column:
 
 
 def dead_letters(classified: DataFrame, fmt: RecordFormat) -> DataFrame:
-    """Rows with a reason: coordinates, raw key and value bytes, and the reason."""
+    """Rows with a reason: coordinates, raw key and value bytes, the reason, and the headers
+    when the format keeps them (a dead letter can be replayed as it was produced)."""
     return record_columns(fmt).dead_letters(classified)
 
 
-def _dead_letter_columns() -> list[Column]:
+def _dead_letter_columns(fmt: RecordFormat) -> list[Column]:
     return [F.col(c) for c in ("topic", "partition", "offset", "timestamp")] + [
-        F.col("_raw_key").alias("key"), F.col("_raw_value").alias("value"), F.col(REASON).alias("reason")]
+        F.col("_raw_key").alias("key"), F.col("_raw_value").alias("value"), F.col(REASON).alias("reason")] + (
+        [F.col(HEADERS)] if fmt.headers else [])
 
 
 

@@ -156,3 +156,44 @@ def test_data_loss_fails_the_query_with_spark_s_wording(spark, bootstrap, unique
         assert "KAFKA_DATA_LOSS" in str(query.exception())
     finally:
         query.stop()
+
+
+HEADERS = [None, [("trace", b"t-1")], [("dup", b"1"), ("dup", b"2"), ("empty", None)],
+           [("bytes", bytes(range(256))), ("clé", "é".encode())]]
+
+
+def test_rows_and_headers_are_spark_s_kafka_source_s(spark, bootstrap, unique_name, tmp_path):
+    """With includeHeaders the rows (headers included: order, repeated keys, null values, none)
+    equal Spark's Kafka source's, column for column."""
+    create_topic(bootstrap, unique_name, 1)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i, headers in enumerate(HEADERS * 3):
+        producer.produce(unique_name, key=None if i % 4 == 0 else f"k{i}".encode(), value=f"v{i}".encode(),
+                         partition=0, headers=headers)
+    assert producer.flush(30) == 0
+    count = len(HEADERS) * 3
+    spark.dataSource.register(AssignedKafkaSource)
+    assignment = AssignmentFile(tmp_path / "assignment.json")
+    assignment.write(Assignment({TopicPartition(unique_name, 0): Claim(1, 0)}))
+    seen, cond = [], threading.Condition()
+
+    def collect(df, _batch_id):
+        rows = df.collect()
+        with cond:
+            seen.extend(rows)
+            cond.notify_all()
+
+    options = source_options({"bootstrap.servers": bootstrap}, assignment.path, RateLimits(), include_headers=True)
+    query = (spark.readStream.format(SOURCE_NAME).options(**options).load().writeStream.foreachBatch(collect)
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="200 milliseconds").start())
+    try:
+        with cond:
+            assert cond.wait_for(lambda: len(seen) >= count, WAIT_S), f"{len(seen)} of {count} rows"
+    finally:
+        query.stop()
+    spark_s = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+               .option("subscribe", unique_name).option("includeHeaders", "true").load().collect())
+    assert sorted(seen, key=lambda r: r.offset) == sorted(spark_s, key=lambda r: r.offset)
+    assert [r.headers for r in sorted(seen, key=lambda r: r.offset)][:4] == [
+        None, [("trace", b"t-1")], [("dup", b"1"), ("dup", b"2"), ("empty", None)],
+        [("bytes", bytes(range(256))), ("clé", "é".encode())]]

@@ -188,8 +188,18 @@ def test_source_limits_and_spark_options(tmp_path: Path):
     assert config.source.max_trigger_delay_ms == 15 * 60_000  # Spark's default, made explicit
     assert config.source.on_data_loss == "skip"  # the older boolean, false: skip with a marker row
     assert config.source.spark_options() == {
-        "failOnDataLoss": "true", "maxOffsetsPerTrigger": "5000", "minOffsetsPerTrigger": "100",
-        "maxTriggerDelay": "900000ms"}
+        "failOnDataLoss": "true", "includeHeaders": "false", "maxOffsetsPerTrigger": "5000",
+        "minOffsetsPerTrigger": "100", "maxTriggerDelay": "900000ms"}
+
+
+def test_include_headers(tmp_path: Path):
+    assert load(tmp_path).source.include_headers is False
+    config = load(tmp_path, source={"include_headers": True})
+    assert config.source.include_headers is True
+    assert config.source.spark_options()["includeHeaders"] == "true"
+    assert "format=json+headers " in config.summary()
+    error = load_error(tmp_path, source={"include_headers": "sometimes"})
+    assert error.field_path == "source.include_headers"
 
 
 def test_on_data_loss_values(tmp_path: Path):

@@ -9,9 +9,12 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime import assigned_source
 from pipelines.runtime.assigned_offsets import INITIAL, Assignment, Claim, RateLimits, SourceOffset
-from pipelines.runtime.assigned_source import (AssignedKafkaReader, AssignmentFile, LogEndsUnavailable,
-                                               assigned_source_options, source_options)
-from pipelines.runtime.kafka_range_reader import KafkaDataLoss, KafkaReadStalled, read_range
+from pipelines.config.model import SourceConfig
+from pipelines.runtime.assigned_source import (AssignedKafkaReader, AssignedKafkaSource, AssignmentFile,
+                                               LogEndsUnavailable, assigned_source_options, source_options)
+from pipelines.runtime.kafka_range_reader import (KAFKA_ROW_WITH_HEADERS_ARROW, KafkaDataLoss, KafkaReadStalled,
+                                                  read_range)
+from pipelines.runtime.records import kafka_row_ddl
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
 
@@ -96,18 +99,28 @@ def test_tls_files_go_inline_and_isolation_keeps_spark_s_default(tmp_path):
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
 
-    class Source:
-        max_offsets_per_trigger, min_offsets_per_trigger, max_trigger_delay_ms = 500, None, None
-    options = assigned_source_options({"bootstrap.servers": "x", "ssl.ca.location": str(ca)}, "f", Source())
+    options = assigned_source_options({"bootstrap.servers": "x", "ssl.ca.location": str(ca)}, "f",
+                                      SourceConfig(max_offsets_per_trigger=500))
     assert options["kafka.ssl.ca.pem"] == "-----BEGIN CERTIFICATE-----\n" and "kafka.ssl.ca.location" not in options
     assert options["maxOffsetsPerTrigger"] == "500"
     assert AssignedKafkaReader(options).client_config["isolation.level"] == "read_uncommitted"
 
 
+def test_headers_are_a_column_only_when_the_pipeline_includes_them():
+    without = assigned_source_options({"bootstrap.servers": "x"}, "f", SourceConfig())
+    with_headers = assigned_source_options({"bootstrap.servers": "x"}, "f", SourceConfig(include_headers=True))
+    assert AssignedKafkaSource(without).schema() == kafka_row_ddl(False)
+    assert AssignedKafkaSource(with_headers).schema() == kafka_row_ddl(True)
+    assert (AssignedKafkaReader(without).headers, AssignedKafkaReader(with_headers).headers) == (False, True)
+
+
 # -- the range reader with a scripted consumer -------------------------------------------------------
 class Msg:
-    def __init__(self, offset, value=b"v", error=None):
-        self._offset, self._value, self._error = offset, value, error
+    def __init__(self, offset, value=b"v", error=None, headers=None):
+        self._offset, self._value, self._error, self._headers = offset, value, error, headers
+
+    def headers(self):
+        return self._headers
 
     def error(self):
         return self._error
@@ -157,6 +170,17 @@ def read(polls, rng, low=0, **kwargs):
 
 def test_records_at_or_past_the_end_are_not_yielded():
     assert read([[Msg(5), Msg(6)], [Msg(7), Msg(8)]], OffsetRange("t", 0, 5, 8)) == [5, 6, 7]
+
+
+def test_headers_are_read_in_order_and_null_when_a_record_has_none():
+    consumer = FakeConsumer([[Msg(0, headers=[("trace", b"1"), ("trace", b"2"), ("empty", None)]), Msg(1)]])
+    batches = list(read_range({}, OffsetRange("t", 0, 0, 2), headers=True, consumer_factory=lambda c: consumer))
+    assert batches[0].schema == KAFKA_ROW_WITH_HEADERS_ARROW
+    assert batches[0].column("headers").to_pylist() == [
+        [{"key": "trace", "value": b"1"}, {"key": "trace", "value": b"2"}, {"key": "empty", "value": None}], None]
+    consumer = FakeConsumer([[Msg(0, headers=[("trace", b"1")])]])
+    batch, = read_range({}, OffsetRange("t", 0, 0, 1), consumer_factory=lambda c: consumer)
+    assert "headers" not in batch.schema.names
 
 
 def test_no_more_records_are_asked_for_than_the_range_holds():
