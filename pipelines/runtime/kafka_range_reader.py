@@ -99,7 +99,8 @@ def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, headers
         return
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = (consumer_factory or Consumer)({**FETCH_DEFAULTS, **client_config, **READER_SETTINGS})
+    consumer = (consumer_factory or Consumer)({**FETCH_DEFAULTS, **prefetch_bound(rng), **client_config,
+                                               **READER_SETTINGS})
     try:
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
         expected, end, last_progress = rng.start, rng.end, clock()
@@ -137,6 +138,15 @@ def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, headers
                 raise KafkaReadStalled(rng, expected, clock() - last_progress)
     finally:
         consumer.close()
+
+
+def prefetch_bound(rng: OffsetRange) -> dict[str, int]:
+    """librdkafka fetches ahead until its queue holds ``queued.min.messages`` records (default
+    100,000): past a short range's end that is records read for nothing (measured on loopback,
+    200 B records, 5 reads each: 20,000 records in 0.103 s median wall and 0.141 CPU-s instead of
+    0.146 s and 0.179 CPU-s; 50,000 in 0.168 s instead of 0.194 s). Bounded by the range, it
+    fetches past the end at most about one fetch response."""
+    return {"queued.min.messages": max(1, min(rng.end - rng.start, 10_000_000))}
 
 
 def _record_batch(rng: OffsetRange, keys: list, values: list, offsets: list, times: list,

@@ -211,3 +211,15 @@ def test_a_read_without_progress_stalls_after_its_bound():
         return now[0]
     with pytest.raises(KafkaReadStalled, match="no progress at offset 5"):
         read([], OffsetRange("t", 0, 5, 8), stall_timeout_s=30.0, clock=clock)
+
+
+def test_the_consumer_prefetches_no_more_than_the_range_unless_the_pipeline_says_so():
+    configs = []
+
+    def factory(config):
+        configs.append(config)
+        return FakeConsumer([[Msg(5)]])
+
+    list(read_range({}, OffsetRange("t", 0, 5, 6), consumer_factory=factory))
+    list(read_range({"queued.min.messages": 7}, OffsetRange("t", 0, 5, 6), consumer_factory=factory))
+    assert [c["queued.min.messages"] for c in configs] == [1, 7]
