@@ -1,0 +1,77 @@
+"""An scg-kafka member gives a partition up only after every batch that read it has ended
+(docs/DESIGN.md, issue 12 item 2): ``on_revoked`` takes it out of the assignment file at once,
+then returns only once a batch that began after that reads none of it. Without Spark or Kafka:
+the query thread is played by the test through the runner's BatchGate."""
+import threading
+
+from groupmgr.core import TopicPartition
+from pipelines.runtime import runner as runner_module
+from pipelines.runtime.assigned_offsets import Claim
+from pipelines.runtime.assigned_source import AssignmentFile
+from pipelines.runtime.batch_writer import BatchGate
+from pipelines.runtime.progress import ProgressPrinter
+from pipelines.runtime.runner import PipelineRunner
+
+A, B = TopicPartition("t", 0), TopicPartition("t", 1)
+WAIT_S = 10.0
+
+
+class RunningQuery:
+    isActive = True
+    stopped = False
+
+    def stop(self):
+        self.stopped = True
+
+
+def following_runner(tmp_path) -> PipelineRunner:
+    runner = PipelineRunner.__new__(PipelineRunner)
+    runner.progress = ProgressPrinter(lambda _line: None)
+    runner._init_lifecycle(follow=True)
+    runner._assignment_dir = str(tmp_path)
+    runner._query, runner._gate = RunningQuery(), BatchGate()
+    runner._owned = (A, B)
+    runner._claims = {A: Claim(1, 0), B: Claim(2, 0)}
+    runner._publish_claims()
+    return runner
+
+
+def revoke_in_background(runner, partitions):
+    returned = threading.Event()
+    threading.Thread(target=lambda: (runner.on_revoked(partitions), returned.set()), daemon=True).start()
+    return returned
+
+
+def wait_for_file_without(runner, tp) -> None:
+    file = AssignmentFile(runner._assignment_path())
+    deadline = threading.Event()
+    for _ in range(int(WAIT_S / 0.01)):
+        if tp not in file.read().claims:
+            return
+        deadline.wait(0.01)
+    raise AssertionError(f"{tp} is still in the assignment file")
+
+
+def test_on_revoked_returns_only_after_the_batches_that_read_the_partition(tmp_path):
+    runner = following_runner(tmp_path)
+    gate = runner._gate
+    gate.enter([A, B])                        # a batch over both is writing when the revoke comes
+    returned = revoke_in_background(runner, [A])
+    wait_for_file_without(runner, A)          # the next plan leaves A out at once...
+    assert set(AssignmentFile(runner._assignment_path()).read().claims) == {B}
+    assert not returned.wait(0.3)             # ...but A is not given up while that batch runs
+    gate.exit()
+    assert not returned.wait(0.3)             # nor before a batch planned without A began
+    gate.enter([B])
+    assert returned.wait(WAIT_S)
+    assert runner._owned == (B,) and not runner._query.stopped
+    gate.exit()
+
+
+def test_a_batch_that_never_reaches_the_boundary_is_stopped_after_the_bound(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner_module, "GRACEFUL_STOP_S", 0.5)
+    runner = following_runner(tmp_path)
+    runner._gate.enter([A])
+    query = runner._query
+    assert revoke_in_background(runner, [A]).wait(WAIT_S)
+    assert query.stopped                      # cancelled: the next owner's claim fences its commit
