@@ -75,3 +75,17 @@ def test_a_batch_that_never_reaches_the_boundary_is_stopped_after_the_bound(tmp_
     query = runner._query
     assert revoke_in_background(runner, [A]).wait(WAIT_S)
     assert query.stopped                      # cancelled: the next owner's claim fences its commit
+
+
+def test_the_main_loop_sees_a_stop_without_waiting_out_its_poll(tmp_path, monkeypatch):
+    """A SIGTERM sets run()'s stop event; the loop must close the batch gate before Spark starts
+    another batch, not after its poll interval."""
+    monkeypatch.setattr(runner_module, "POLL_S", 600.0)
+    runner = following_runner(tmp_path)
+    stop, returned = threading.Event(), threading.Event()
+    threading.Thread(target=lambda: (runner._wait_for_wake(stop), returned.set()), daemon=True).start()
+    assert not returned.wait(0.2)
+    stop.set()
+    assert returned.wait(WAIT_S)
+    runner._wake.set()  # and an assignment ends the wait too
+    assert runner._wait_for_wake(threading.Event()) is None
