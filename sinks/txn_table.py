@@ -171,13 +171,20 @@ class TxnDeltaTable:
         TxnDeltaTable(self.path, self.app_id, self.schema, self.partition_by, bounded).snapshot()
 
     def recorded_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
-        table = self.snapshot()
-        return {tp: table.transaction_version(self.offset_app_id(tp)) for tp in partitions}
+        return self.recorded(partitions)[0]
 
     def recorded_topic_ids(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The topic ID fingerprint recorded for each partition (None: never recorded)."""
-        table = self.snapshot()
-        return {tp: table.transaction_version(self.topic_id_app_id(tp)) for tp in partitions}
+        return self.recorded(partitions)[1]
+
+    def recorded(self, partitions: Iterable[TopicPartition]
+                 ) -> tuple[dict[TopicPartition, int | None], dict[TopicPartition, int | None]]:
+        """Each partition's next offset and topic ID fingerprint (None: never recorded), from
+        one snapshot (a snapshot load reads the log since its last checkpoint: on object storage
+        one request per commit file)."""
+        table, partitions = self.snapshot(), list(partitions)
+        return ({tp: table.transaction_version(self.offset_app_id(tp)) for tp in partitions},
+                {tp: table.transaction_version(self.topic_id_app_id(tp)) for tp in partitions})
 
     def coordinates(self, ranges: Sequence[OffsetRange]) -> pa.Table:
         """The ``topic, partition, offset`` of the rows this table holds within ``ranges`` (read on

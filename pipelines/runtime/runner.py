@@ -604,8 +604,7 @@ class PipelineRunner:
     def _check_partitions(self, partitions) -> PartitionChecks:
         """Each partition's verdict (:func:`check_partition`) from the table's offsets and topic
         IDs, the group's commits and the brokers' view of the logs."""
-        delta = self.tables.table.recorded_offsets(partitions)
-        recorded_ids = self.tables.table.recorded_topic_ids(partitions)
+        delta, recorded_ids = self.tables.table.recorded(partitions)
         committed = {tp: getattr(om, "offset", om) for tp, om in self.member.committed(partitions).items()}
         probe = self.probe.describe(partitions)
         verdicts, origins = [], {}
