@@ -333,8 +333,9 @@ class PipelineRunner:
         that read Kafka on the executors, with the reader's modules loaded (measured, one member,
         4 partitions at 100 records/s, idle 2-core machine: claim to first batch committed 2.6 s
         instead of 4.2 s, warm-up 5.5 s instead of 2.2 s before joining; bench_handoff --quick,
-        load ~12: a joining member's release to first batch 10.1 s instead of 23.5 s). The partition it read (e.g. ``orders-0@41``), or "" when there was
-        nothing to read (a pattern subscription, an empty log) or no batch ran."""
+        load ~12: a joining member's release to first batch 10.1 s instead of 23.5 s). The
+        partition it read (e.g. ``orders-0@41``), or "" when there was nothing to read (a pattern
+        subscription, an empty log) or no batch ran."""
         if not self.config.topics:
             return ""
         tp = TopicPartition(self.config.topics[0], 0)
@@ -349,20 +350,8 @@ class PipelineRunner:
             done.set()
 
         checkpoint = queries.new_checkpoint(self.config.checkpoint_root, "warm-up")
-        name = f"{self.config.name}-warm-up"
         try:
-            if self._follow:
-                claims = AssignmentFile(f"{self._assignment_dir}/warm-up.json")
-                claims.write(Assignment({tp: Claim(0, start)}))
-                options = assigned_source_options(self.config.kafka.confluent_config(), claims.path,
-                                                  self.config.source)
-                options.pop("minOffsetsPerTrigger", None)  # one record: no batch to delay
-                query = queries.start_assigned_query(self.spark, options, batch, checkpoint, self.tables.trigger, name)
-            else:
-                options = {k: v for k, v in self.tables.source_options.items()
-                           if k not in ("minOffsetsPerTrigger", "maxTriggerDelay")}  # one record: no delay
-                query = queries.start_query(self.spark, options, {tp: start}, batch, checkpoint,
-                                            {"availableNow": True}, name)
+            query = self._start_warm_up_query(tp, start, batch, checkpoint)
             try:
                 deadline = time.monotonic() + WARM_UP_QUERY_S
                 while not done.wait(POLL_S) and query.isActive and time.monotonic() < deadline:
@@ -372,6 +361,21 @@ class PipelineRunner:
         finally:
             queries.remove_checkpoint(self.fs, checkpoint)
         return f"{tp.topic}-{tp.partition}@{start}" if done.is_set() else ""
+
+    def _start_warm_up_query(self, tp: TopicPartition, start: int, batch, checkpoint: str):
+        """The warm-up query over ``tp`` from ``start`` through the member's reader, with no
+        minimum batch size (one record: no batch to delay)."""
+        name = f"{self.config.name}-warm-up"
+        if not self._follow:
+            options = {k: v for k, v in self.tables.source_options.items()
+                       if k not in ("minOffsetsPerTrigger", "maxTriggerDelay")}
+            return queries.start_query(self.spark, options, {tp: start}, batch, checkpoint,
+                                       {"availableNow": True}, name)
+        claims = AssignmentFile(f"{self._assignment_dir}/warm-up.json")
+        claims.write(Assignment({tp: Claim(0, start)}))
+        options = assigned_source_options(self.config.kafka.confluent_config(), claims.path, self.config.source)
+        options.pop("minOffsetsPerTrigger", None)
+        return queries.start_assigned_query(self.spark, options, batch, checkpoint, self.tables.trigger, name)
 
     def _poll_between_batches(self) -> None:
         """Main thread: tell the member the application is alive (Kafka's ``poll()``) when no

@@ -59,6 +59,7 @@ def test_partitions_move_between_following_queries_without_a_restart(bootstrap, 
         assert first.runner._query.id == query_id  # the same query read before and after
         for member in (first, second):
             assert sum("query started over reader" in line for line in member.lines) == 1, member.lines
+            assert any("warmed up" in line and "through reader scg-kafka" in line for line in member.lines), member.lines
             assert not any("starting query" in line for line in member.lines), member.lines
         assert any("revoked 2 partition(s); the query reads them no more" in line for line in first.lines), first.lines
     finally:
