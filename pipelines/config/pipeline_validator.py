@@ -104,6 +104,7 @@ def validate_pipeline(root: Node | None, file: str, source_file: Path, env: Mapp
     sink = _sink(ctx, top, fmt, transform)
     trigger = _trigger(ctx, top.section("trigger", TRIGGER_KEYS))
     _check_reader_trigger(ctx, top, source, trigger)
+    _check_field_names(ctx, top, source, fmt)
     checkpoint_root = _checkpoint_root(ctx, top, sink)
     spark = settings_map(ctx, top.get("spark"), "spark")
     storage = _storage(ctx, top.section("storage", STORAGE_KEYS))
@@ -399,6 +400,26 @@ def _check_reader_trigger(ctx: Ctx, top: Section, source: SourceConfig, trigger:
         ctx.fail(*top.section("source", SOURCE_KEYS).line_of("reader"), C.CONFLICTING_FIELDS,
                  "reader scg-kafka runs until stopped; trigger.available_now needs reader spark-kafka",
                  fields=("source.reader", "trigger.available_now"))
+
+
+RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "key_bytes")  # records.py output
+
+
+def _check_field_names(ctx: Ctx, top: Section, source: SourceConfig, fmt: FormatConfig) -> None:
+    """A ``format.schema`` field may not take the name of a column every output row carries
+    (Spark compares names case-insensitively): the table would get two columns of that name."""
+    for field in fmt.schema:
+        name = field.name.lower()
+        if name in RECORD_COLUMNS:
+            why, fields = "every output row carries the record's Kafka coordinates and key", ("format.schema",)
+        elif name == "headers" and source.include_headers:
+            why, fields = "source.include_headers puts the record's headers there", ("format.schema",
+                                                                                     "source.include_headers")
+        else:
+            continue
+        ctx.fail(top.section("format", FORMAT_KEYS).get("schema").line, "format.schema", C.CONFLICTING_FIELDS,
+                 f"schema field {field.name!r} is an output column already ({why}); rename it, or read "
+                 "the value as format: {type: raw} and parse it in the transform", fields=fields)
 
 
 def _on_data_loss(ctx: Ctx, sec: Section) -> str:
