@@ -276,3 +276,17 @@ def test_record_partitions_resets_offsets_and_records_topic_ids_only_for_the_own
         table.record_partitions(epochs, {T0: 0}, {}, None)
     table.record_partitions(newer, {}, {}, None)  # nothing to record: no commit
     assert table.recorded_offsets([T0]) == {T0: 3}
+
+
+def test_a_created_table_checkpoints_every_ten_commits(tmp_path):
+    """Each app-transaction lookup scans the log since the last checkpoint (delta-rs 1.6): the
+    table keeps that scan short, and readers see the checkpoints it writes."""
+    table = TxnDeltaTable(str(tmp_path / "t"), "app", SCHEMA)
+    epochs = table.claim([T0])
+    for start in range(0, 12):
+        table.commit(rows(T0, [start]), [OffsetRange("t", 0, start, start + 1)], epochs)
+    snapshot = DeltaTable(str(tmp_path / "t"))
+    assert snapshot.metadata().configuration["delta.checkpointInterval"] == "10"
+    assert [p.name for p in (tmp_path / "t" / "_delta_log").glob("*.checkpoint.parquet")] == [
+        "00000000000000000009.checkpoint.parquet"]  # versions 0-13: the table, a claim, 12 commits
+    assert table.recorded_offsets([T0]) == {T0: 12}
