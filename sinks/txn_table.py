@@ -178,17 +178,19 @@ class TxnDeltaTable:
         TxnDeltaTable(self.path, self.app_id, self.schema, self.partition_by, bounded).snapshot()
 
     def recorded_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
-        return self.recorded(partitions)[0]
+        table = self.snapshot()
+        return {tp: table.transaction_version(self.offset_app_id(tp)) for tp in partitions}
 
     def recorded_topic_ids(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The topic ID fingerprint recorded for each partition (None: never recorded)."""
-        return self.recorded(partitions)[1]
+        table = self.snapshot()
+        return {tp: table.transaction_version(self.topic_id_app_id(tp)) for tp in partitions}
 
     def recorded(self, partitions: Iterable[TopicPartition]
                  ) -> tuple[dict[TopicPartition, int | None], dict[TopicPartition, int | None]]:
-        """Each partition's next offset and topic ID fingerprint (None: never recorded), from
-        one snapshot (a snapshot load reads the log since its last checkpoint: on object storage
-        one request per commit file)."""
+        """:meth:`recorded_offsets` and :meth:`recorded_topic_ids` from one snapshot (a snapshot
+        load reads the log since its last checkpoint: on object storage one request per commit
+        file)."""
         table, partitions = self.snapshot(), list(partitions)
         return ({tp: table.transaction_version(self.offset_app_id(tp)) for tp in partitions},
                 {tp: table.transaction_version(self.topic_id_app_id(tp)) for tp in partitions})

@@ -213,9 +213,9 @@ class SourceConfig:
 
     def spark_options(self) -> dict[str, str]:
         """Rate-limit and header options for Spark's Kafka source (not startingOffsets: the
-        runner computes those). ``failOnDataLoss`` is always true: Spark stops the query at a gap and the runner
-        applies ``on_data_loss`` to the partition (a marker row or a stopped partition, never a
-        silent skip)."""
+        runner computes those). ``failOnDataLoss`` is always true: Spark stops the query at a gap
+        and the runner applies ``on_data_loss`` to the partition (a marker row or a stopped
+        partition, never a silent skip)."""
         opts = {"failOnDataLoss": "true", "includeHeaders": str(self.include_headers).lower()}
         opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
         if self.min_offsets_per_trigger is not None:
