@@ -7,9 +7,9 @@ from confluent_kafka import KafkaError
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from groupmgr.core import OffsetRange, TopicPartition
+from pipelines.config.model import SourceConfig
 from pipelines.runtime import assigned_source
 from pipelines.runtime.assigned_offsets import INITIAL, Assignment, Claim, RateLimits, SourceOffset
-from pipelines.config.model import SourceConfig
 from pipelines.runtime.assigned_source import (AssignedKafkaReader, AssignedKafkaSource, AssignmentFile,
                                                LogEndsUnavailable, assigned_source_options, source_options)
 from pipelines.runtime.kafka_range_reader import (KAFKA_ROW_WITH_HEADERS_ARROW, KafkaDataLoss, KafkaReadStalled,
