@@ -4,19 +4,37 @@
 Each partition gets its own answer: a partition whose leader is missing, whose topic is unknown,
 or whose request timed out is reported with that condition while the others are described
 (:class:`ProbeResult`). Offsets are next-offset-to-read: ``latest`` is the log-end offset.
+
+A topic ID is only ever one the brokers answered: a describe that failed (a broker restarting, a
+timeout) or answered the all-zero ID is a condition, never an ID that could read as a recreated
+topic. :meth:`BrokerProbe.current_topic_ids` asks again with backoff before it gives up.
 """
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from groupmgr.core import TopicPartition
-from groupmgr.kafka_faults import classify_kafka
+from groupmgr.core import ScgError, TopicPartition
+from groupmgr.kafka_faults import Backoff, classify_kafka
 from pipelines.runtime.kafka_access import SilentLogger
 from pipelines.runtime.partition_checks import PartitionLog, topic_fingerprint
 
 PROBE_TIMEOUT_S = 10.0
+TOPIC_IDS_PATIENCE_S = 30.0   # how long current_topic_ids asks again before it gives up
+TOPIC_IDS_BACKOFF = Backoff(initial_s=0.2, max_s=2.0)
+# what the brokers answer for a topic that does not exist (librdkafka's names of codes 3, -188, 100)
+TOPIC_GONE = frozenset({"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC", "UNKNOWN_TOPIC_ID"})
+NO_TOPIC_ID = "TOPIC_ID_UNKNOWN"  # a describe answered the all-zero topic ID
+
+
+class TopicIdsUnconfirmed(ScgError):
+    """The brokers did not describe a topic for :data:`TOPIC_IDS_PATIENCE_S` (each condition
+    named). Transient: the batch fails and the query restarts."""
+
+    condition = "TOPIC_IDS_UNCONFIRMED"
+    retriable = True
 
 
 @dataclass(frozen=True)
@@ -58,11 +76,28 @@ class BrokerProbe:
         return ProbeResult(logs, {tp: errors.get(tp) or errors.get(tp.topic) or "PARTITION_UNAVAILABLE"
                                   for tp in partitions if tp not in logs})
 
-    def topic_ids(self, topics: Iterable[str]) -> dict[str, int]:
-        """The current topic ID fingerprint of each topic the brokers know (others left out)."""
-        with self._lock:
-            ids, _ = self._topic_ids(self._client(), set(topics))
-        return ids
+    def current_topic_ids(self, topics: Iterable[str], patience_s: float = TOPIC_IDS_PATIENCE_S,
+                          sleep: Callable[[float], None] = time.sleep,
+                          clock: Callable[[], float] = time.monotonic) -> dict[str, int | None]:
+        """The topic ID fingerprint of each topic now; None for a topic the brokers say does not
+        exist (:data:`TOPIC_GONE`). A topic whose describe failed otherwise is asked again with
+        :data:`TOPIC_IDS_BACKOFF` for up to ``patience_s``, then :class:`TopicIdsUnconfirmed`."""
+        wanted, found, deadline, attempt = set(topics), {}, clock() + patience_s, 0
+        while True:
+            with self._lock:
+                ids, errors = self._topic_ids(self._client(), wanted - found.keys())
+            found.update(ids)
+            found.update({t: None for t, condition in errors.items() if condition in TOPIC_GONE})
+            unanswered = {t: errors[t] for t in sorted(wanted - found.keys())}
+            if not unanswered:
+                return found
+            attempt += 1
+            delay = TOPIC_IDS_BACKOFF.delay(attempt)
+            if clock() + delay > deadline:
+                named = ", ".join(f"{t} ({condition})" for t, condition in unanswered.items())
+                raise TopicIdsUnconfirmed(f"the brokers did not describe topic(s) {named} "
+                                          f"for {patience_s:.0f}s")
+            sleep(delay)
 
     def latest(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Log-end offsets of the partitions the brokers answered for."""
@@ -103,9 +138,15 @@ class BrokerProbe:
         futures = admin.describe_topics(TopicCollection(sorted(topics)), request_timeout=self.timeout_s)
         for topic, future in futures.items():
             try:
-                ids[topic] = topic_fingerprint(str(future.result(timeout=self.timeout_s).topic_id))
+                topic_id = future.result(timeout=self.timeout_s).topic_id
             except Exception as exc:  # noqa: BLE001 - per topic: named, the others go on
                 errors[topic] = _condition(exc)
+                continue
+            if topic_id is None or (topic_id.get_most_significant_bits() == 0
+                                    and topic_id.get_least_significant_bits() == 0):
+                errors[topic] = NO_TOPIC_ID
+            else:
+                ids[topic] = topic_fingerprint(str(topic_id))
         return ids, errors
 
     def _offsets(self, admin, partitions, spec, errors: dict,

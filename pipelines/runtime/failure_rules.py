@@ -11,8 +11,8 @@ Rules of :func:`classify_failure`, first match wins:
    errors): :func:`groupmgr.kafka_faults.classify_kafka`.
 2. The project's own errors: ``StorageUnavailable`` by its reason (rule 4); ``FencedWriterError``
    (another member owns the partition: the group rebalances), ``SinkError`` (commit contention),
-   ``SourceChanged`` (a recreated topic, a log gone back) and deltalake's ``CommitFailedError``
-   are transient; ``OffsetGapError``,
+   ``SourceChanged`` (a recreated topic, a log gone back), ``TopicIdsUnconfirmed`` (brokers that
+   did not describe a topic) and deltalake's ``CommitFailedError`` are transient; ``OffsetGapError``,
    ``NoStartingOffsetError`` and every other ``ScgError`` are permanent.
 3. deltalake: ``DeltaProtocolError``, ``SchemaMismatchError``, ``TableNotFoundError`` permanent.
 4. ``OSError`` (deltalake and object-store IO): permanent when the store says the credentials,
@@ -39,6 +39,7 @@ from deltalake.exceptions import CommitFailedError, DeltaProtocolError, SchemaMi
 
 from groupmgr.core import ScgError
 from groupmgr.kafka_faults import Backoff, Fault, FaultKind, FaultStreak, classify_kafka, classify_kafka_code
+from pipelines.runtime.broker_probe import TopicIdsUnconfirmed
 from pipelines.runtime.kafka_range_reader import KafkaReadStalled, LogEndsUnavailable
 from pipelines.runtime.partition_checks import SourceChanged
 from pipelines.runtime.start_offsets import NoStartingOffsetError
@@ -84,7 +85,8 @@ _PYTHON_IO = re.compile(r"\b(?:OSError|ConnectionError|ConnectionRefusedError|Co
                         r"BrokenPipeError|TimeoutError|IOError)\b")
 _CONFLUENT = re.compile(r"KafkaError\{code=(\w+),val=(-?\d+)")
 # The project's own error classes as they appear in a failed batch's Python traceback.
-_PROJECT_TRANSIENT = {cls.__name__: cls.condition for cls in (FencedWriterError, KafkaReadStalled, LogEndsUnavailable)}
+_PROJECT_TRANSIENT = {cls.__name__: cls.condition
+                      for cls in (FencedWriterError, KafkaReadStalled, LogEndsUnavailable, TopicIdsUnconfirmed)}
 _PROJECT_TRANSIENT[SourceChanged.__name__] = "SOURCE_CHANGED"
 _PROJECT_TRANSIENT.update({"CommitFailedError": "COMMIT_CONFLICT", SinkError.__name__: SinkError.condition})
 _PROJECT_PERMANENT = {cls.__name__: cls.condition for cls in (OffsetGapError, NoStartingOffsetError)}

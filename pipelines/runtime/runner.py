@@ -705,8 +705,8 @@ class PipelineRunner:
             r = backwards[0]
             raise SourceChanged(LOG_TRUNCATED, f"{r.topic}-{r.partition} went back from {r.start} to {r.end}")
         topics = {r.topic for r in ranges if r.end > r.start}
-        current = self.probe.topic_ids(topics) if topics else {}
-        changed = sorted(t for t in topics if current.get(t) != self._query_topic_ids.get(t))
+        current = self.probe.current_topic_ids(topics) if topics else {}  # TopicIdsUnconfirmed: transient
+        changed = sorted(t for t in topics if current[t] != self._query_topic_ids.get(t))
         if changed:
             raise SourceChanged(TOPIC_RECREATED, f"topic(s) {', '.join(changed)} no longer have the ID the "
                                                  "query started with (deleted, or deleted and created again)")
