@@ -18,12 +18,17 @@ Guarantees, offsets being next-offset-to-read (docs/DESIGN.md, invariant 2):
   pipeline's ``on_data_loss`` to it, as with Spark's ``failOnDataLoss``);
 * a read that makes no progress for ``stall_timeout_s`` raises :class:`KafkaReadStalled` (the
   query fails and the runner restarts it from the table's offsets);
-* the consumer never joins a group and never commits: offsets live in the Delta table.
+* the consumer never joins a group and never commits: offsets live in the Delta table;
+* a consumer serves one range at a time; between ranges it is kept (:class:`RangeConsumers`)
+  unassigned, with nothing of the previous range left to consume.
 """
 from __future__ import annotations
 
+import atexit
+import os
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import pyarrow as pa
 
@@ -46,6 +51,13 @@ FETCH_DEFAULTS = {           # the pipeline's client settings may change these
     "fetch.queue.backoff.ms": 0,
     "max.partition.fetch.bytes": 16 * 1024 * 1024,
     "queued.max.messages.kbytes": 256 * 1024,
+    # prefetch about one Arrow batch ahead (default 100,000 records): what is fetched past a
+    # range's end is read for nothing (20,000 x 200 B on loopback, the bound at 20,000: 0.103 s
+    # instead of 0.146 s)
+    "queued.min.messages": FETCH_ROWS,
+    # the fetch left waiting at the end of the log (default 500 ms) holds up the next range's
+    # first fetch on a kept consumer
+    "fetch.wait.max.ms": 10,
 }
 READER_SETTINGS = {          # fixed: this consumer only reads an assigned range
     "group.id": "scg-range-reader",  # required by librdkafka; never joined (assign only)
@@ -89,18 +101,103 @@ class KafkaReadStalled(ScgError):
                          f"{waited_s:.0f}s while reading [{rng.start}, {rng.end}) (TimeoutException)")
 
 
+class RangeConsumers:
+    """Range-reading consumers kept between the ranges one process reads, as Spark's Kafka source
+    keeps its consumers: a Spark Python worker reads many ranges one after another
+    (``spark.python.worker.reuse``), and a kept consumer skips the connection, the TLS and SASL
+    handshakes and the bootstrap metadata of a new one (about 25 ms per range on loopback without
+    security).
+
+    A consumer is given back only after a read that ended without an error, and unassigned first
+    (librdkafka drops what it prefetched for the partition); one whose read raised is closed. At
+    most ``per_settings`` wait per set of client settings, none reused after ``idle_s`` idle (it is
+    closed at the next take). The settings are the key, credentials included: held in memory only.
+    Thread safe. A forked child starts with none (librdkafka's threads do not survive a fork)."""
+
+    def __init__(self, factory: Callable[[dict], object] | None = None, per_settings: int = 2,
+                 idle_s: float = 300.0, clock: Callable[[], float] = time.monotonic):
+        self._factory, self.per_settings, self.idle_s, self._clock = factory, per_settings, idle_s, clock
+        self._idle: dict[tuple, list[tuple[float, object]]] = {}
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def take(self, config: Mapping[str, object]):
+        """A consumer with ``config``: a kept one, or a new one (and every consumer idle past
+        ``idle_s`` is closed, whatever its settings)."""
+        with self._lock:
+            self._forget_after_fork()
+            now, stale = self._clock(), []
+            for waiting in self._idle.values():
+                stale += [c for since, c in waiting if now - since > self.idle_s]
+                waiting[:] = [(since, c) for since, c in waiting if now - since <= self.idle_s]
+            waiting = self._idle.get(_settings_key(config))
+            consumer = waiting.pop()[1] if waiting else None
+        for old in stale:
+            _close_quietly(old)
+        if consumer is not None:
+            return consumer
+        if self._factory is None:
+            from confluent_kafka import Consumer
+            return Consumer(dict(config))
+        return self._factory(dict(config))
+
+    def give_back(self, config: Mapping[str, object], consumer) -> None:
+        """Keep ``consumer`` (its read ended cleanly) for the next range with ``config``."""
+        try:
+            consumer.unassign()
+        except Exception:  # noqa: BLE001 - a consumer that cannot let go of its range is not kept
+            _close_quietly(consumer)
+            return
+        with self._lock:
+            self._forget_after_fork()
+            waiting = self._idle.setdefault(_settings_key(config), [])
+            if len(waiting) < self.per_settings:
+                waiting.append((self._clock(), consumer))
+                return
+        _close_quietly(consumer)
+
+    def close_all(self) -> None:
+        """Close every kept consumer."""
+        with self._lock:
+            kept = [c for waiting in self._idle.values() for _, c in waiting]
+            self._idle.clear()
+        for consumer in kept:
+            _close_quietly(consumer)
+
+    def _forget_after_fork(self) -> None:
+        if self._pid != os.getpid():
+            self._idle, self._pid = {}, os.getpid()
+
+
+KEPT_CONSUMERS = RangeConsumers()  # this process's: a Spark Python worker's, between its tasks
+atexit.register(KEPT_CONSUMERS.close_all)
+
+
+def _settings_key(config: Mapping[str, object]) -> tuple:
+    return tuple(sorted((str(k), repr(v)) for k, v in config.items()))
+
+
+def _close_quietly(consumer) -> None:
+    try:
+        consumer.close()
+    except Exception:  # noqa: BLE001 - closing a consumer nobody will use again
+        pass
+
+
 def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, headers: bool = False,
-               consumer_factory=None, fetch_rows: int = FETCH_ROWS, stall_timeout_s: float = STALL_TIMEOUT_S,
-               clock=time.monotonic) -> Iterator[pa.RecordBatch]:
+               consumers: RangeConsumers | None = None, fetch_rows: int = FETCH_ROWS,
+               stall_timeout_s: float = STALL_TIMEOUT_S, clock=time.monotonic) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``rng`` as Arrow batches of at most ``fetch_rows`` rows, with the
     ``headers`` column when asked. ``client_config``: librdkafka settings (bootstrap, security,
-    ``isolation.level``)."""
+    ``isolation.level``); ``consumers``: where the consumer comes from and goes back to (default
+    :data:`KEPT_CONSUMERS`)."""
     if rng.end <= rng.start:
         return
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    consumer = (consumer_factory or Consumer)({**FETCH_DEFAULTS, **prefetch_bound(rng), **client_config,
-                                               **READER_SETTINGS})
+    consumers = KEPT_CONSUMERS if consumers is None else consumers
+    config = {**FETCH_DEFAULTS, **client_config, **READER_SETTINGS}
+    consumer = consumers.take(config)
     try:
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
         expected, end, last_progress = rng.start, rng.end, clock()
@@ -122,6 +219,9 @@ def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, headers
                     expected = end
                     break
                 if offset != expected:
+                    if offset < expected or message.partition() != rng.partition or message.topic() != rng.topic:
+                        raise RuntimeError(f"{message.topic()}-{message.partition()}@{offset} arrived while "
+                                           f"reading {rng.topic}-{rng.partition} at {expected}")
                     _check_gap(consumer, rng, expected)
                 add_key(message.key())
                 add_value(message.value())
@@ -136,17 +236,10 @@ def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, headers
                 last_progress = clock()
             elif clock() - last_progress >= stall_timeout_s:
                 raise KafkaReadStalled(rng, expected, clock() - last_progress)
-    finally:
-        consumer.close()
-
-
-def prefetch_bound(rng: OffsetRange) -> dict[str, int]:
-    """librdkafka fetches ahead until its queue holds ``queued.min.messages`` records (default
-    100,000): past a short range's end that is records read for nothing (measured on loopback,
-    200 B records, 5 reads each: 20,000 records in 0.103 s median wall and 0.141 CPU-s instead of
-    0.146 s and 0.179 CPU-s; 50,000 in 0.168 s instead of 0.194 s). Bounded by the range, it
-    fetches past the end at most about one fetch response."""
-    return {"queued.min.messages": max(1, min(rng.end - rng.start, 10_000_000))}
+    except BaseException:  # an error, or the task ended before the range did: not kept
+        _close_quietly(consumer)
+        raise
+    consumers.give_back(config, consumer)
 
 
 def _record_batch(rng: OffsetRange, keys: list, values: list, offsets: list, times: list,

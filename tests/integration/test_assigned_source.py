@@ -7,7 +7,7 @@ import threading
 import uuid
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.errors import StreamingQueryException
@@ -15,10 +15,18 @@ from pyspark.errors import StreamingQueryException
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.assigned_offsets import Assignment, Claim, RateLimits, SourceOffset, batch_ranges
 from pipelines.runtime.assigned_source import SOURCE_NAME, AssignedKafkaSource, AssignmentFile, source_options
-from pipelines.runtime.kafka_range_reader import KafkaDataLoss, read_range
+from pipelines.runtime.kafka_range_reader import KEPT_CONSUMERS, KafkaDataLoss, RangeConsumers, read_range
 from tests.support.kafka_data import create_topic, produce
 
 WAIT_S = 120.0
+
+
+@pytest.fixture(autouse=True)
+def _no_consumer_outlives_its_test():
+    """The reads in this process keep their consumers (kafka_range_reader.KEPT_CONSUMERS): close
+    them before the broker goes, or they retry its port until the process ends."""
+    yield
+    KEPT_CONSUMERS.close_all()
 
 
 def _rows(bootstrap, rng, **config):
@@ -36,6 +44,27 @@ def test_a_range_is_read_exactly_with_spark_s_kafka_columns(bootstrap, unique_na
     assert (first["key"], first["value"], first["topic"], first["partition"]) == (b"k10", b"v10", unique_name, 0)
     assert first["timestampType"] == 0 and first["timestamp"] is not None
     assert list(read_range({"bootstrap.servers": bootstrap}, OffsetRange(unique_name, 0, 7, 7))) == []
+
+
+def test_a_kept_consumer_reads_each_next_range_exactly(bootstrap, unique_name):
+    """One consumer reads range after range (as a Spark Python worker does, task after task):
+    nothing it prefetched for one range reaches the next, whichever partition or offset."""
+    create_topic(bootstrap, unique_name, 2)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(3000):
+        for partition in (0, 1):
+            producer.produce(unique_name, value=f"p{partition}-{i}".encode(), partition=partition)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    made = []
+    kept = RangeConsumers(lambda config: made.append(config) or Consumer(config))
+    config = {"bootstrap.servers": bootstrap}
+    for partition, start, end in ((0, 0, 10), (1, 5, 2500), (0, 2, 4), (0, 2990, 3000), (1, 0, 3000), (0, 11, 12)):
+        batches = list(read_range(config, OffsetRange(unique_name, partition, start, end), consumers=kept))
+        rows = [(r["partition"], r["offset"], r["value"]) for b in batches for r in b.to_pylist()]
+        assert rows == [(partition, o, f"p{partition}-{o}".encode()) for o in range(start, end)]
+    assert len(made) == 1
+    kept.close_all()
 
 
 def test_read_committed_skips_aborted_records_and_ends_across_markers(bootstrap, unique_name):

@@ -12,8 +12,9 @@ from pipelines.runtime import assigned_source
 from pipelines.runtime.assigned_offsets import INITIAL, Assignment, Claim, RateLimits, SourceOffset
 from pipelines.runtime.assigned_source import (AssignedKafkaReader, AssignedKafkaSource, AssignmentFile,
                                                LogEndsUnavailable, assigned_source_options, source_options)
-from pipelines.runtime.kafka_range_reader import (KAFKA_ROW_WITH_HEADERS_ARROW, KafkaDataLoss, KafkaReadStalled,
-                                                  read_range)
+from pipelines.runtime.kafka_range_reader import (FETCH_DEFAULTS, FETCH_ROWS, KAFKA_ROW_WITH_HEADERS_ARROW,
+                                                  READER_SETTINGS, KafkaDataLoss, KafkaReadStalled,
+                                                  RangeConsumers, read_range)
 from pipelines.runtime.records import kafka_row_ddl
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -116,8 +117,15 @@ def test_headers_are_a_column_only_when_the_pipeline_includes_them():
 
 # -- the range reader with a scripted consumer -------------------------------------------------------
 class Msg:
-    def __init__(self, offset, value=b"v", error=None, headers=None):
+    def __init__(self, offset, value=b"v", error=None, headers=None, partition=0):
         self._offset, self._value, self._error, self._headers = offset, value, error, headers
+        self._partition = partition
+
+    def topic(self):
+        return "t"
+
+    def partition(self):
+        return self._partition
 
     def headers(self):
         return self._headers
@@ -157,14 +165,22 @@ class FakeConsumer:
     def get_watermark_offsets(self, tp, timeout, cached):
         return self.low, 100
 
+    def unassign(self):
+        self.assigned = None
+
     def close(self):
         self.closed = True
 
 
 def read(polls, rng, low=0, **kwargs):
     consumer = FakeConsumer(polls, low)
-    rows = [r["offset"] for b in read_range({}, rng, consumer_factory=lambda c: consumer, **kwargs) for r in b.to_pylist()]
-    assert consumer.closed
+    kept = RangeConsumers(lambda c: consumer)
+    try:
+        rows = [r["offset"] for b in read_range({}, rng, consumers=kept, **kwargs) for r in b.to_pylist()]
+    except Exception:
+        assert consumer.closed  # a consumer whose read failed is not kept
+        raise
+    assert consumer.assigned is None and not consumer.closed and kept.take({**FETCH_DEFAULTS, **READER_SETTINGS}) is consumer
     return rows
 
 
@@ -174,12 +190,12 @@ def test_records_at_or_past_the_end_are_not_yielded():
 
 def test_headers_are_read_in_order_and_null_when_a_record_has_none():
     consumer = FakeConsumer([[Msg(0, headers=[("trace", b"1"), ("trace", b"2"), ("empty", None)]), Msg(1)]])
-    batches = list(read_range({}, OffsetRange("t", 0, 0, 2), headers=True, consumer_factory=lambda c: consumer))
+    batches = list(read_range({}, OffsetRange("t", 0, 0, 2), headers=True, consumers=RangeConsumers(lambda c: consumer)))
     assert batches[0].schema == KAFKA_ROW_WITH_HEADERS_ARROW
     assert batches[0].column("headers").to_pylist() == [
         [{"key": "trace", "value": b"1"}, {"key": "trace", "value": b"2"}, {"key": "empty", "value": None}], None]
     consumer = FakeConsumer([[Msg(0, headers=[("trace", b"1")])]])
-    batch, = read_range({}, OffsetRange("t", 0, 0, 1), consumer_factory=lambda c: consumer)
+    batch, = read_range({}, OffsetRange("t", 0, 0, 1), consumers=RangeConsumers(lambda c: consumer))
     assert "headers" not in batch.schema.names
 
 
@@ -187,7 +203,7 @@ def test_no_more_records_are_asked_for_than_the_range_holds():
     """librdkafka's consume(n, timeout) returns early only once n events arrived: asking for more
     than the range holds made every small range wait for the timeout (a second per partition)."""
     consumer = FakeConsumer([[Msg(5), Msg(6)], [Msg(7)]])
-    list(read_range({}, OffsetRange("t", 0, 5, 8), consumer_factory=lambda c: consumer, fetch_rows=10_000))
+    list(read_range({}, OffsetRange("t", 0, 5, 8), consumers=RangeConsumers(lambda c: consumer), fetch_rows=10_000))
     assert consumer.asked == [3, 1]
 
 
@@ -213,13 +229,21 @@ def test_a_read_without_progress_stalls_after_its_bound():
         read([], OffsetRange("t", 0, 5, 8), stall_timeout_s=30.0, clock=clock)
 
 
-def test_the_consumer_prefetches_no_more_than_the_range_unless_the_pipeline_says_so():
+def test_the_consumer_prefetches_about_one_batch_unless_the_pipeline_says_so():
     configs = []
 
     def factory(config):
         configs.append(config)
         return FakeConsumer([[Msg(5)]])
 
-    list(read_range({}, OffsetRange("t", 0, 5, 6), consumer_factory=factory))
-    list(read_range({"queued.min.messages": 7}, OffsetRange("t", 0, 5, 6), consumer_factory=factory))
-    assert [c["queued.min.messages"] for c in configs] == [1, 7]
+    list(read_range({}, OffsetRange("t", 0, 5, 6), consumers=RangeConsumers(factory)))
+    list(read_range({"queued.min.messages": 7}, OffsetRange("t", 0, 5, 6), consumers=RangeConsumers(factory)))
+    assert [c["queued.min.messages"] for c in configs] == [FETCH_ROWS, 7]
+
+
+def test_a_record_before_the_position_or_of_another_partition_fails_the_read():
+    """Nothing of a kept consumer's previous range may reach this one (a duplicate in the table)."""
+    with pytest.raises(RuntimeError, match="t-0@4 arrived while reading t-0 at 7"):
+        read([[Msg(5), Msg(6), Msg(4)]], OffsetRange("t", 0, 5, 8))
+    with pytest.raises(RuntimeError, match="t-1@7 arrived while reading t-0 at 5"):
+        read([[Msg(7, partition=1)]], OffsetRange("t", 0, 5, 8))
