@@ -56,25 +56,30 @@ def throughput(bootstrap: str, base: Path, reps: int) -> dict:
 
 def summary(local: dict) -> dict:
     """Per dataset and variant: records/s over the whole run (from ``runner.run`` to the last
-    batch: warm-up, join and claim included; the spark-kafka member's warm-up runs one more query)
-    and after the claim (from the "starting query" / "reading from the next batch" line); medians
-    and the scg-kafka / spark-kafka ratios of both."""
+    batch: warm-up, join and claim included; the spark-kafka member's warm-up runs one more query),
+    after the claim (from the "starting query" / "reading from the next batch" line), and within
+    the batches (over the sum of the micro-batches' durations: read, parse, write, commit; the
+    planning between them left out); medians and the scg-kafka / spark-kafka ratios of each."""
     out: dict = {}
     for run in local.get("runs", []):
         dataset = run["label"].split("-", 1)[0]
-        after = (run["records"] / (run["seconds"] - run["join_and_claim_s"])
-                 if run["variant"] != "noop" else run["records_per_s"])
-        out.setdefault(dataset, {}).setdefault(run["variant"], []).append((run["records_per_s"], after))
+        noop = run["variant"] == "noop"
+        after = run["records_per_s"] if noop else run["records"] / (run["seconds"] - run["join_and_claim_s"])
+        within = run["records_per_s"] if noop else run["records"] / sum(run["batch_s"])
+        out.setdefault(dataset, {}).setdefault(run["variant"], []).append((run["records_per_s"], after, within))
     table = {}
     for dataset, variants in out.items():
         med = {v: statistics.median(r[0] for r in rs) for v, rs in variants.items() if rs}
         after = {v: statistics.median(r[1] for r in rs) for v, rs in variants.items() if rs}
+        within = {v: statistics.median(r[2] for r in rs) for v, rs in variants.items() if rs}
 
         def ratio(values, a, b):
             return values[a] / values[b] if {a, b} <= set(values) else None
         table[dataset] = {"records_per_s": variants, "median": med, "median_after_claim": after,
+                          "median_within_batches": within,
                           "follow_vs_scg": ratio(med, "scg_follow", "scg"),
                           "follow_vs_scg_after_claim": ratio(after, "scg_follow", "scg"),
+                          "follow_vs_scg_within_batches": ratio(within, "scg_follow", "scg"),
                           "follow_vs_noop": ratio(med, "scg_follow", "noop"),
                           "scg_vs_noop": ratio(med, "scg", "noop")}
     return table
@@ -87,11 +92,13 @@ def markdown(results: dict) -> str:
            f"(load average {results['load_average_start'][0]:.1f} at the start), wall "
            f"{results.get('wall_s', 0) / 60:.1f} min, commit {results.get('commit') or '?'}.", "",
            "Records/s over the whole run (from `runner.run` to the last batch: warm-up, join and claim "
-           "included; the spark-kafka member warms up through one more query) and, in the last column, "
-           "the ratio from the claim on.", "",
+           "included; the spark-kafka member warms up through one more query); in the last two columns "
+           "the ratio from the claim on, and within the micro-batches (records over the sum of their "
+           "durations: read, parse, write and commit, without the planning between batches).", "",
            "| dataset | noop rec/s | scg (spark-kafka) rec/s | scg (scg-kafka) rec/s | scg-kafka / spark-kafka "
-           "| spark-kafka / noop | scg-kafka / noop | scg-kafka / spark-kafka after the claim |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+           "| spark-kafka / noop | scg-kafka / noop | scg-kafka / spark-kafka after the claim "
+           "| scg-kafka / spark-kafka within batches |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for dataset, row in results.get("summary", {}).items():
         med = row["median"]
 
@@ -102,7 +109,7 @@ def markdown(results: dict) -> str:
             return f"{x:.2f}" if x else "–"
         out.append(f"| {dataset} | {cell('noop')} | {cell('scg')} | {cell('scg_follow')} | "
                    f"{ratio(row['follow_vs_scg'])} | {ratio(row['scg_vs_noop'])} | {ratio(row['follow_vs_noop'])} | "
-                   f"{ratio(row.get('follow_vs_scg_after_claim'))} |")
+                   f"{ratio(row.get('follow_vs_scg_after_claim'))} | {ratio(row.get('follow_vs_scg_within_batches'))} |")
     if results.get("local", {}).get("error"):
         out += ["", f"A driver failed: `{results['local']['error'][-500:]}`"]
     return "\n".join(out) + "\n"
