@@ -105,8 +105,9 @@ class RangeConsumers:
     """Range-reading consumers kept between the ranges one process reads, as Spark's Kafka source
     keeps its consumers: a Spark Python worker reads many ranges one after another
     (``spark.python.worker.reuse``), and a kept consumer skips the connection, the TLS and SASL
-    handshakes and the bootstrap metadata of a new one (about 25 ms per range on loopback without
-    security).
+    handshakes and the bootstrap metadata of a new one (30 records from one partition on loopback,
+    median of 15 reads: SASL_SSL SCRAM-SHA-512 70 ms with a new consumer, 15 ms with a kept one;
+    without security about 25 ms saved).
 
     A consumer is given back only after a read that ended without an error, and unassigned first
     (librdkafka drops what it prefetched for the partition); one whose read raised is closed. At
