@@ -273,6 +273,8 @@ def _on_error(consumer, rng: OffsetRange, expected: int, message, error) -> int:
 
     code = error.code()
     if code == KafkaError._PARTITION_EOF:
+        if message.topic() != rng.topic or message.partition() != rng.partition:
+            return expected  # another partition's end: left from a kept consumer's previous range
         log_end = message.offset()
         if log_end >= rng.end:
             return rng.end

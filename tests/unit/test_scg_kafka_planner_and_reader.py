@@ -215,6 +215,8 @@ def test_a_gap_the_log_still_covers_is_fine_a_gap_below_its_start_is_data_loss()
 
 def test_the_end_of_the_log_before_the_planned_end_is_data_loss():
     assert read([[Msg(5), Msg(8, error=Eof())]], OffsetRange("t", 0, 5, 8)) == [5]  # markers up to the end
+    # another partition's end (a kept consumer's previous range) says nothing of this one
+    assert read([[Msg(5), Msg(6, error=Eof(), partition=1), Msg(6), Msg(7)]], OffsetRange("t", 0, 5, 8)) == [5, 6, 7]
     with pytest.raises(KafkaDataLoss, match="the log ends at 6"):
         read([[Msg(5), Msg(6, error=Eof())]], OffsetRange("t", 0, 5, 8))
 
