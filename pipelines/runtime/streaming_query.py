@@ -8,6 +8,7 @@ failed, cause chain included, for :mod:`pipelines.runtime.failure_rules`.
 """
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Mapping
 
@@ -49,6 +50,28 @@ def start_assigned_query(spark, source_options: Mapping[str, str], writer, check
             .option("checkpointLocation", str(checkpoint))
             .trigger(**trigger)
             .start())
+
+
+# Spark's status message once a trigger has planned (MicroBatchExecution): the sources are
+# initialised, their planner answered
+PLANNED_STATUS = ("Waiting for data to arrive", "Waiting for next trigger", "Processing new data")
+
+
+def wait_until_planned(query, timeout_s: float, poll_s: float = 0.05) -> bool:
+    """Wait until ``query`` has been through one trigger (its status says so), has ended, or
+    ``timeout_s`` passed; True when it planned."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if not query.isActive:
+                return False
+            if query.status["message"].startswith(PLANNED_STATUS):
+                return True
+        except Exception:  # noqa: BLE001 - a query that cannot answer is the main loop's to report
+            return False
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
 
 
 def remove_checkpoint(fs: HadoopFileSystem, checkpoint: str) -> None:
