@@ -178,13 +178,11 @@ class TxnDeltaTable:
         TxnDeltaTable(self.path, self.app_id, self.schema, self.partition_by, bounded).snapshot()
 
     def recorded_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
-        table = self.snapshot()
-        return {tp: table.transaction_version(self.offset_app_id(tp)) for tp in partitions}
+        return _versions(self.snapshot(), self.offset_app_id, partitions)
 
     def recorded_topic_ids(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The topic ID fingerprint recorded for each partition (None: never recorded)."""
-        table = self.snapshot()
-        return {tp: table.transaction_version(self.topic_id_app_id(tp)) for tp in partitions}
+        return _versions(self.snapshot(), self.topic_id_app_id, partitions)
 
     def recorded(self, partitions: Iterable[TopicPartition]
                  ) -> tuple[dict[TopicPartition, int | None], dict[TopicPartition, int | None]]:
@@ -192,8 +190,8 @@ class TxnDeltaTable:
         load reads the log since its last checkpoint: on object storage one request per commit
         file)."""
         table, partitions = self.snapshot(), list(partitions)
-        return ({tp: table.transaction_version(self.offset_app_id(tp)) for tp in partitions},
-                {tp: table.transaction_version(self.topic_id_app_id(tp)) for tp in partitions})
+        return (_versions(table, self.offset_app_id, partitions),
+                _versions(table, self.topic_id_app_id, partitions))
 
     def coordinates(self, ranges: Sequence[OffsetRange]) -> pa.Table:
         """The ``topic, partition, offset`` of the rows this table holds within ``ranges`` (read on
@@ -370,4 +368,11 @@ def read_recorded_offsets(path: str, app_id: str, partitions: Iterable[TopicPart
         table = DeltaTable(str(path), storage_options=dict(storage_options or {}) or None)
     except TableNotFoundError:
         return {}
-    return {tp: table.transaction_version(offset_app_id(app_id, tp)) for tp in partitions}
+    return _versions(table, lambda tp: offset_app_id(app_id, tp), partitions)
+
+
+def _versions(table: DeltaTable, app_id_of: Callable[[TopicPartition], str],
+              partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+    """Each partition's version of its transaction ``app_id_of(tp)`` in ``table``'s snapshot
+    (None: never recorded)."""
+    return {tp: table.transaction_version(app_id_of(tp)) for tp in partitions}
