@@ -12,9 +12,11 @@ Division of work:
 * driver, Spark's Python planner process — :class:`AssignedKafkaReader` ``latestOffset``: the
   assignment, the brokers' log ends (``ListOffsets`` with the consumer's isolation level:
   ``read_committed`` plans up to the last stable offset), admission control, the next
-  :class:`~pipelines.runtime.assigned_offsets.SourceOffset`; ``partitions``: one input partition per
-  non-empty range;
-* executors — ``read``: the range's records, or :class:`KafkaDataLoss`.
+  :class:`~pipelines.runtime.assigned_offsets.SourceOffset`; ``partitions``: the non-empty ranges
+  grouped into tasks (:func:`~pipelines.runtime.assigned_offsets.task_groups`: one per core the
+  application had when the query started, more for a large batch, at most one per range);
+* executors — ``read``: the records of the task's ranges, one range after the other, or
+  :class:`KafkaDataLoss`.
 
 What users of Spark's Kafka source rely on is kept: every librdkafka client setting (security
 included) reaches both the planner's admin client and the executors' consumers (options
@@ -37,12 +39,13 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.assigned_offsets import (INITIAL, Assignment, RateLimits, SourceOffset, batch_ranges,
-                                                delay_batch, plan_next)
+                                                delay_batch, plan_next, task_groups)
 from pipelines.runtime.kafka_range_reader import KafkaDataLoss, LogEndsUnavailable, read_range
 from pipelines.runtime.records import kafka_row_ddl
 
 SOURCE_NAME = "scg-kafka"
 ASSIGNMENT_OPTION = "assignmentFile"
+SLOTS_OPTION = "taskSlots"  # the application's cores when the query started (defaultParallelism)
 HEADERS_OPTION = "includeHeaders"  # as Spark's Kafka source: "true" adds the column `headers`
 KAFKA_PREFIX = "kafka."
 LOG_END_GRACE_S = 30.0  # a partition whose log end cannot be read is held this long, then the query fails
@@ -71,12 +74,12 @@ class AssignmentFile:
             return Assignment()
 
 
-class RangePartition(InputPartition):
-    """One planned range, read by one Spark task (picklable)."""
+class RangesPartition(InputPartition):
+    """The planned ranges one Spark task reads, one after the other (picklable)."""
 
-    def __init__(self, rng: OffsetRange):
-        super().__init__(rng)
-        self.range = rng
+    def __init__(self, ranges: tuple[OffsetRange, ...]):
+        super().__init__(ranges)
+        self.ranges = ranges
 
 
 PEM_FILE_SETTINGS = {"ssl.ca.location": "ssl.ca.pem", "ssl.certificate.location": "ssl.certificate.pem",
@@ -84,7 +87,7 @@ PEM_FILE_SETTINGS = {"ssl.ca.location": "ssl.ca.pem", "ssl.certificate.location"
 
 
 def assigned_source_options(client_config: Mapping[str, object], assignment_file: str | os.PathLike,
-                            source) -> dict[str, str]:
+                            source, task_slots: int = 1) -> dict[str, str]:
     """:func:`source_options` for a pipeline's ``source`` section (``SourceSpec``): its rate
     limits, and the TLS files given by path read here, on the driver, and passed inline
     (``ssl.*.pem``), so executors need not have them (as Spark's Kafka source does with its
@@ -96,16 +99,19 @@ def assigned_source_options(client_config: Mapping[str, object], assignment_file
             config[inline] = Path(str(path)).read_text()
     limits = RateLimits(source.max_offsets_per_trigger, source.min_offsets_per_trigger,
                         source.max_trigger_delay_ms or RateLimits.max_delay_ms)
-    return source_options(config, assignment_file, limits, include_headers=source.include_headers)
+    return source_options(config, assignment_file, limits, include_headers=source.include_headers,
+                          task_slots=task_slots)
 
 
 def source_options(client_config: Mapping[str, object], assignment_file: str | os.PathLike,
-                   limits: RateLimits, *, include_headers: bool = False) -> dict[str, str]:
+                   limits: RateLimits, *, include_headers: bool = False, task_slots: int = 1) -> dict[str, str]:
     """The options of :class:`AssignedKafkaSource` for librdkafka ``client_config`` (secrets
-    revealed: Spark redacts them by name, see ``spark_session.OPTION_REDACTION``)."""
+    revealed: Spark redacts them by name, see ``spark_session.OPTION_REDACTION``); ``task_slots``:
+    the cores the application runs tasks on (``SparkContext.defaultParallelism``)."""
     options = {f"{KAFKA_PREFIX}{k}": str(v) for k, v in client_config.items()}
     options[ASSIGNMENT_OPTION] = str(assignment_file)
     options[HEADERS_OPTION] = str(include_headers).lower()
+    options[SLOTS_OPTION] = str(max(1, int(task_slots)))
     if limits.max_rows is not None:
         options["maxOffsetsPerTrigger"] = str(limits.max_rows)
     if limits.min_rows is not None:
@@ -142,6 +148,7 @@ class AssignedKafkaReader(DataSourceStreamReader):
         self.client_config.setdefault("isolation.level", "read_uncommitted")
         self.assignment_file = AssignmentFile(options[ASSIGNMENT_OPTION])
         self.headers = _headers(options)
+        self.task_slots = max(1, int(options.get(SLOTS_OPTION, "1")))
         max_rows = options.get("maxOffsetsPerTrigger")
         min_rows = options.get("minOffsetsPerTrigger")
         self.limits = RateLimits(int(max_rows) if max_rows else None, int(min_rows) if min_rows else None,
@@ -177,7 +184,7 @@ class AssignedKafkaReader(DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict):
         ranges = batch_ranges(SourceOffset.from_dict(start), SourceOffset.from_dict(end))
-        return [RangePartition(r) for r in ranges if r.end > r.start]
+        return [RangesPartition(group) for group in task_groups(ranges, self.task_slots)]
 
     def commit(self, end: dict) -> None:
         """Nothing: the Delta table holds the offsets (the batch writer commits them)."""
@@ -187,8 +194,9 @@ class AssignedKafkaReader(DataSourceStreamReader):
             self._probe.close()
 
     # -- reading (executors) ----------------------------------------------------------------------
-    def read(self, partition: RangePartition):
-        return read_range(self.client_config, partition.range, headers=self.headers)
+    def read(self, partition: RangesPartition):
+        for rng in partition.ranges:
+            yield from read_range(self.client_config, rng, headers=self.headers)
 
     # -- internals --------------------------------------------------------------------------------
     def _log_ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:

@@ -383,7 +383,8 @@ class PipelineRunner:
                                        {"availableNow": True}, name)
         claims = AssignmentFile(f"{self._assignment_dir}/warm-up.json")
         claims.write(Assignment({tp: Claim(0, start)}))
-        options = assigned_source_options(self.config.kafka.confluent_config(), claims.path, self.config.source)
+        options = assigned_source_options(self.config.kafka.confluent_config(), claims.path, self.config.source,
+                                          self.spark.sparkContext.defaultParallelism)
         options.pop("minOffsetsPerTrigger", None)
         return queries.start_assigned_query(self.spark, options, batch, checkpoint, self.tables.trigger, name)
 
@@ -576,7 +577,7 @@ class PipelineRunner:
                              check_sources=self._check_sources)
         self._gate = writer.gate
         options = assigned_source_options(self.config.kafka.confluent_config(), self._assignment_path(),
-                                          self.config.source)
+                                          self.config.source, self.spark.sparkContext.defaultParallelism)
         self._query = queries.start_assigned_query(self.spark, options, writer, self._checkpoint,
                                                    self.tables.trigger,
                                                    f"{self.config.name}-follow-{uuid.uuid4().hex[:8]}")

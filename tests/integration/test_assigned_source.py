@@ -226,3 +226,31 @@ def test_rows_and_headers_are_spark_s_kafka_source_s(spark, bootstrap, unique_na
     assert [r.headers for r in sorted(seen, key=lambda r: r.offset)][:4] == [
         None, [("trace", b"t-1")], [("dup", b"1"), ("dup", b"2"), ("empty", None)],
         [("bytes", bytes(range(256))), ("clé", "é".encode())]]
+
+
+def test_a_small_batch_over_many_partitions_runs_in_one_task_per_slot(spark, bootstrap, unique_name, tmp_path):
+    """Six partitions' ranges, two task slots: the batch is two Spark tasks, and its rows are
+    exactly the planned ranges (each range read whole, by one task)."""
+    create_topic(bootstrap, unique_name, 6)
+    for partition in range(6):
+        _produce_to(bootstrap, unique_name, partition, [f"p{partition}-{i}" for i in range(3 + partition)])
+    spark.dataSource.register(AssignedKafkaSource)
+    assignment = AssignmentFile(tmp_path / "assignment.json")
+    assignment.write(Assignment({TopicPartition(unique_name, p): Claim(1, 0) for p in range(6)}))
+    seen, cond = [], threading.Condition()
+
+    def collect(df, _batch_id):
+        tasks, rows = df.rdd.getNumPartitions(), df.select("partition", "offset").collect()
+        with cond:
+            seen.append((tasks, sorted((r.partition, r.offset) for r in rows)))
+            cond.notify_all()
+
+    options = source_options({"bootstrap.servers": bootstrap}, assignment.path, RateLimits(), task_slots=2)
+    query = (spark.readStream.format(SOURCE_NAME).options(**options).load().writeStream.foreachBatch(collect)
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="200 milliseconds").start())
+    try:
+        with cond:
+            assert cond.wait_for(lambda: seen, WAIT_S), "no batch"
+    finally:
+        query.stop()
+    assert seen[0] == (2, [(p, o) for p in range(6) for o in range(3 + p)])

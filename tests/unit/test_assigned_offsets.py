@@ -3,7 +3,7 @@ import json
 
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.assigned_offsets import (INITIAL, Assignment, Claim, RateLimits, SourceOffset, batch_ranges,
-                                                delay_batch, plan_next, prorate)
+                                                delay_batch, plan_next, prorate, task_groups)
 
 A, B, C = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)
 
@@ -90,3 +90,32 @@ def test_min_rows_delays_until_enough_or_the_delay_passed():
     assert not delay_batch(50, limits, last_batch_ms=0, now_ms=500)
     assert not delay_batch(10, limits, last_batch_ms=0, now_ms=1000)
     assert not delay_batch(0, RateLimits(), last_batch_ms=0, now_ms=0)
+
+
+def r(partition: int, size: int, topic: str = "t", start: int = 0) -> OffsetRange:
+    return OffsetRange(topic, partition, start, start + size)
+
+
+def test_a_small_batch_runs_in_one_task_per_slot_balanced_by_records():
+    groups = task_groups([r(0, 30), r(1, 5), r(2, 10), r(3, 20)], slots=2)
+    assert groups == [(r(0, 30), r(1, 5)), (r(2, 10), r(3, 20))]
+    assert task_groups([r(p, 10) for p in range(12)], slots=1) == [tuple(r(p, 10) for p in range(12))]
+
+
+def test_each_range_is_read_whole_by_exactly_one_task_and_empty_ranges_by_none():
+    ranges = [r(p, (p * 37) % 11, topic) for topic in ("t", "u") for p in range(9)]
+    groups = task_groups(ranges, slots=3)
+    flat = [rng for group in groups for rng in group]
+    assert sorted(flat) == sorted(rng for rng in ranges if rng.end > rng.start)
+    assert len(groups) == 3 and all(groups)
+    assert task_groups([r(0, 0), r(1, 0)], slots=4) == []
+
+
+def test_a_large_batch_gets_a_task_per_records_per_task_up_to_one_per_range():
+    assert len(task_groups([r(p, 60) for p in range(8)], slots=1, records_per_task=100)) == 5
+    assert len(task_groups([r(p, 1000) for p in range(3)], slots=1, records_per_task=100)) == 3
+    assert len(task_groups([r(p, 10) for p in range(3)], slots=16)) == 3
+
+
+def test_a_partition_with_most_of_the_batch_gets_a_task_of_its_own():
+    assert task_groups([r(0, 900), r(1, 50), r(2, 40), r(3, 10)], slots=2) == [(r(0, 900),), (r(1, 50), r(2, 40), r(3, 10))]

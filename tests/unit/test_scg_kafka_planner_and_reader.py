@@ -17,7 +17,7 @@ from pipelines.runtime.kafka_range_reader import (FETCH_DEFAULTS, FETCH_ROWS, KA
                                                   RangeConsumers, read_range)
 from pipelines.runtime.records import kafka_row_ddl
 
-A, B = TopicPartition("t", 0), TopicPartition("t", 1)
+A, B, C = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)
 
 
 class FakeProbe:
@@ -48,7 +48,18 @@ def test_the_planner_reads_the_assignment_file_at_every_call(tmp_path):
     r.assignment_file.write(Assignment({B: Claim(2, 0)}))
     second = SourceOffset.from_dict(r.latestOffset(first, ReadAllAvailable()))
     assert second.end == {B: 7} and second.starts == {B: 0}
-    assert [p.range for p in r.partitions(first, second.to_dict())] == [OffsetRange("t", 1, 0, 7)]
+    assert [p.ranges for p in r.partitions(first, second.to_dict())] == [(OffsetRange("t", 1, 0, 7),)]
+
+
+def test_a_task_reads_its_ranges_one_after_the_other(tmp_path, monkeypatch):
+    file = AssignmentFile(tmp_path / "assignment.json")
+    r = AssignedKafkaReader(source_options({"bootstrap.servers": "x"}, file.path, RateLimits(), task_slots=2))
+    start = SourceOffset({A: 0, B: 0, C: 0}, {A: 1, B: 1, C: 1})
+    end = SourceOffset({A: 9, B: 2, C: 4}, {A: 1, B: 1, C: 1})
+    tasks = r.partitions(start.to_dict(), end.to_dict())
+    assert [t.ranges for t in tasks] == [(OffsetRange("t", 0, 0, 9),), (OffsetRange("t", 1, 0, 2), OffsetRange("u", 0, 0, 4))]
+    monkeypatch.setattr(assigned_source, "read_range", lambda config, rng, headers: iter([rng.tp]))
+    assert list(r.read(tasks[1])) == [B, C]
 
 
 def test_the_planner_asks_for_last_stable_offsets_only_under_read_committed(tmp_path):
