@@ -394,15 +394,27 @@ class BatchWriter:
         self.offset_log, self.commit_kafka, self.report = offset_log, commit_kafka, report
         self.refused, self.hooks, self.check_sources = refused, hooks, check_sources
         self.gate = BatchGate()
+        self._rehearsal: Callable[[object, tuple[OffsetRange, ...]], None] | None = None
+
+    def rehearse(self, rehearsal: Callable[[object, tuple[OffsetRange, ...]], None] | None) -> None:
+        """From the next micro-batch on, hand each batch to ``rehearsal(batch_df, ranges)``
+        instead of writing it; None writes again. Such a batch writes and commits nothing here
+        (no Delta commit, no Kafka offset, no report); it passes the gate like any batch, so
+        :meth:`BatchGate.released` counts it. The runner warms its own ``scg-kafka`` query up
+        this way before it joins. Any thread; a batch reads the setting once, when it begins."""
+        self._rehearsal = rehearsal
 
     def __call__(self, batch_df, batch_id: int) -> None:
         started = time.monotonic()
         ranges = self.offset_log.ranges(batch_id)
+        rehearsal = self._rehearsal
         if not self.gate.enter(r.tp for r in ranges):
             log.debug("batch %d not written: the query is stopping at a batch boundary", batch_id)
             return
         try:
-            if any(r.end != r.start for r in ranges):  # (an scg-kafka batch may only change partitions)
+            if rehearsal is not None:
+                rehearsal(batch_df, ranges)
+            elif any(r.end != r.start for r in ranges):  # (an scg-kafka batch may only change partitions)
                 self._write(batch_df, batch_id, ranges, started)
         finally:
             self.gate.exit()

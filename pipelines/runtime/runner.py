@@ -190,6 +190,7 @@ class PipelineRunner:
         self._claims: dict[TopicPartition, Claim] = {}  # scg-kafka: what the running query reads, per claim
         self._claim_serials = itertools.count(1)
         self._targets: TableTargets | None = None  # the running query's tables and owner epochs
+        self._writer: BatchWriter | None = None  # scg-kafka: the running query's batch writer
 
     # -- RebalanceListener ------------------------------------------------------------------------
     def on_assigned(self, generation: Generation, partitions) -> None:
@@ -259,11 +260,12 @@ class PipelineRunner:
         """Join the group and process until ``stop`` is set, ``until()`` is true, or (with an
         available-now trigger) every owned partition is caught up. Leaves the group on return."""
         stop = stop or threading.Event()
-        self._warm_up()
         if self._follow:
             with self._lock:
                 self._start_following_query()  # over no partition yet: assignments then cost no start
-            self._wait_until_planning(self._query)
+            self._warm_up_in_query()
+        else:
+            self._warm_up()
         self.progress.note(f"joining consumer group {self.config.group.id} "
                            f"(assignors {', '.join(self.config.group.assignors)})")
         self.member.start()
@@ -302,23 +304,14 @@ class PipelineRunner:
             if remaining <= 0 or self._wake.wait(min(remaining, STOP_CHECK_S)):
                 return
 
-    def _wait_until_planning(self, query) -> None:
-        """Before joining: let the scg-kafka query start its planner and go through one trigger
-        (at most :data:`WARM_UP_QUERY_S`), so the first assignment is planned at the next trigger,
-        not after the query's own start-up (measured in bench_handoff: a joining member's claim
-        came 1.4 s after its query started and its first batch began 3 s after the claim)."""
-        started = time.monotonic()
-        if queries.wait_until_planned(query, WARM_UP_QUERY_S):
-            self.progress.note(f"query ready in {time.monotonic() - started:.1f}s (its first trigger planned)")
-
     def _warm_up(self) -> None:
-        """Before joining, so the first batch after an assignment pays less of Spark's first-use
-        cost (the partitions a new member takes over wait for it): a short streaming query over
-        the last record of the first topic's partition 0, through the member's reader and the
-        batch path (:meth:`_warm_up_through_the_source`); when there is nothing to read, one
-        made-up record through the batch path (:func:`warm_up`). Nothing is written or committed,
-        no offset either. Best effort: a failure here is the query's to report, when it meets it
-        for real."""
+        """Before joining (reader ``spark-kafka``), so the first batch after an assignment pays
+        less of Spark's first-use cost (the partitions a new member takes over wait for it): a
+        short streaming query over the last record of the first topic's partition 0, through
+        Spark's Kafka source and the batch path (:meth:`_warm_up_through_the_source`); when there
+        is nothing to read, one made-up record through the batch path (:func:`warm_up`). Nothing
+        is written or committed, no offset either. Best effort: a failure here is the query's to
+        report, when it meets it for real."""
         started = time.monotonic()
         targets = TableTargets(self.tables.table, self.tables.dead_table, {}, {})
         try:
@@ -326,33 +319,94 @@ class PipelineRunner:
         except Exception as exc:  # noqa: BLE001 - advisory: the real query reports its own failure
             log.debug("warming up through the Kafka source failed: %s", exc)
             read = ""
+        if read or self._warm_up_made_up(targets):
+            self._note_warmed_up(started, read)
+
+    def _warm_up_made_up(self, targets: TableTargets) -> bool:
+        """One made-up record through the batch path (:func:`warm_up`); False if that failed."""
         try:
-            if not read:
-                warm_up(self.spark, self.tables.record_format, self.config.transform, targets)
+            warm_up(self.spark, self.tables.record_format, self.config.transform, targets)
+            return True
         except Exception as exc:  # noqa: BLE001 - advisory: the real batch reports its own failure
             log.debug("warming up the batch path failed: %s", exc)
-            return
-        how = f"read {read} through reader {self.config.source.reader}" if read else "one made-up record"
+            return False
+
+    def _note_warmed_up(self, started: float, read: str, where: str = "") -> None:
+        how = f"read {read} through reader {self.config.source.reader}{where}" if read else "one made-up record"
         self.progress.note(f"batch path warmed up in {time.monotonic() - started:.1f}s ({how}; nothing written)")
 
-    def _warm_up_through_the_source(self, targets: TableTargets) -> str:
-        """Run one query like the member's own (same reader and source options, fresh checkpoint,
-        removed after) from the last record of partition 0 of the first configured topic, until
-        its first micro-batch has gone through :func:`warm_up_batch` (at most
-        :data:`WARM_UP_QUERY_S`). With reader ``scg-kafka`` this also starts the Python workers
-        that read Kafka on the executors, with the reader's modules loaded (measured, one member,
-        4 partitions at 100 records/s, idle 2-core machine: claim to first batch committed 2.6 s
-        instead of 4.2 s, warm-up 5.5 s instead of 2.2 s before joining; bench_handoff --quick,
-        load ~12: a joining member's release to first batch 10.1 s instead of 23.5 s). The
-        partition it read (e.g. ``orders-0@41``), or "" when there was nothing to read (a pattern
-        subscription, an empty log) or no batch ran."""
+    def _warm_up_record(self) -> tuple[TopicPartition, int] | None:
+        """The last record of partition 0 of the first configured topic, as (partition, offset);
+        None when there is none (a pattern subscription, an empty log)."""
         if not self.config.topics:
-            return ""
+            return None
         tp = TopicPartition(self.config.topics[0], 0)
         log_ = self.probe.describe([tp]).logs.get(tp)
         if log_ is None or log_.latest <= log_.earliest:
+            return None
+        return tp, log_.latest - 1
+
+    def _warm_up_in_query(self) -> None:
+        """Before joining (reader ``scg-kafka``), with the member's own query started over no
+        partition: claim the last record of the first topic's partition 0 for the query alone,
+        hand the batch that reads it to :func:`warm_up_batch` (:meth:`BatchWriter.rehearse`:
+        nothing written or committed, no offset either), then drop the claim (:meth:`_release`)
+        and write again. The query's planner, the executors' Python readers and the batch path
+        are then warm, and the query plans a trigger at every interval, when the first real claim
+        comes; one query start, not two (a warm-up query of its own, then the member's). At most
+        :data:`WARM_UP_QUERY_S` for the batch. With nothing to read, one made-up record through
+        the batch path and a wait for the query's first trigger. Best effort."""
+        started, writer = time.monotonic(), self._writer
+        targets = TableTargets(self.tables.table, self.tables.dead_table, {}, {})
+        try:
+            record = self._warm_up_record()
+        except Exception as exc:  # noqa: BLE001 - advisory: the real query reports its own failure
+            log.debug("finding a record to warm up on failed: %s", exc)
+            record = None
+        if record is None or writer is None:
+            if self._warm_up_made_up(targets):
+                self._note_warmed_up(started, "")
+            if queries.wait_until_planned(self._query, WARM_UP_QUERY_S):
+                self.progress.note(f"query ready in {time.monotonic() - started:.1f}s (its first trigger planned)")
+            return
+        tp, offset = record
+        done = threading.Event()
+
+        def rehearsal(kafka_rows, ranges) -> None:
+            try:
+                if any(r.end > r.start for r in ranges):
+                    warm_up_batch(kafka_rows, self.tables.record_format, self.config.transform, targets)
+                    done.set()
+            except Exception as exc:  # noqa: BLE001 - advisory: the real batch reports its own failure
+                log.debug("warming up the batch path failed: %s", exc)
+                done.set()
+
+        writer.rehearse(rehearsal)
+        try:
+            with self._lock:
+                self._claims[tp] = Claim(next(self._claim_serials), offset)
+                self._publish_claims()
+            deadline = time.monotonic() + WARM_UP_QUERY_S
+            while not done.wait(POLL_S) and self._query is not None and self._query.isActive \
+                    and time.monotonic() < deadline:
+                pass
+            with self._lock:
+                self._release([tp])
+        finally:
+            writer.rehearse(None)
+        if done.is_set():
+            self._note_warmed_up(started, f"{tp.topic}-{tp.partition}@{offset}", " in the member's query")
+
+    def _warm_up_through_the_source(self, targets: TableTargets) -> str:
+        """Run one query like the member's own (Spark's Kafka source, same source options, fresh
+        checkpoint, removed after) from the last record of partition 0 of the first configured
+        topic, until its first micro-batch has gone through :func:`warm_up_batch` (at most
+        :data:`WARM_UP_QUERY_S`). The partition it read (e.g. ``orders-0@41``), or "" when there
+        was nothing to read (a pattern subscription, an empty log) or no batch ran."""
+        record = self._warm_up_record()
+        if record is None:
             return ""
-        start = log_.latest - 1
+        tp, start = record
         done = threading.Event()
 
         def batch(kafka_rows, batch_id: int) -> None:
@@ -373,20 +427,12 @@ class PipelineRunner:
         return f"{tp.topic}-{tp.partition}@{start}" if done.is_set() else ""
 
     def _start_warm_up_query(self, tp: TopicPartition, start: int, batch, checkpoint: str):
-        """The warm-up query over ``tp`` from ``start`` through the member's reader, with no
+        """The warm-up query over ``tp`` from ``start`` through Spark's Kafka source, with no
         minimum batch size (one record: no batch to delay)."""
-        name = f"{self.config.name}-warm-up"
-        if not self._follow:
-            options = {k: v for k, v in self.tables.source_options.items()
-                       if k not in ("minOffsetsPerTrigger", "maxTriggerDelay")}
-            return queries.start_query(self.spark, options, {tp: start}, batch, checkpoint,
-                                       {"availableNow": True}, name)
-        claims = AssignmentFile(f"{self._assignment_dir}/warm-up.json")
-        claims.write(Assignment({tp: Claim(0, start)}))
-        options = assigned_source_options(self.config.kafka.confluent_config(), claims.path, self.config.source,
-                                          self.spark.sparkContext.defaultParallelism)
-        options.pop("minOffsetsPerTrigger", None)
-        return queries.start_assigned_query(self.spark, options, batch, checkpoint, self.tables.trigger, name)
+        options = {k: v for k, v in self.tables.source_options.items()
+                   if k not in ("minOffsetsPerTrigger", "maxTriggerDelay")}
+        return queries.start_query(self.spark, options, {tp: start}, batch, checkpoint,
+                                   {"availableNow": True}, f"{self.config.name}-warm-up")
 
     def _poll_between_batches(self) -> None:
         """Main thread: tell the member the application is alive (Kafka's ``poll()``) when no
@@ -575,7 +621,7 @@ class PipelineRunner:
                              AssignedOffsetLog(self._checkpoint, self.fs.read_text),
                              self._commit_kafka, self._on_batch, self._on_refused, self.hooks,
                              check_sources=self._check_sources)
-        self._gate = writer.gate
+        self._gate, self._writer = writer.gate, writer
         options = assigned_source_options(self.config.kafka.confluent_config(), self._assignment_path(),
                                           self.config.source, self.spark.sparkContext.defaultParallelism)
         self._query = queries.start_assigned_query(self.spark, options, writer, self._checkpoint,
@@ -734,7 +780,7 @@ class PipelineRunner:
             except Exception as exc:  # noqa: BLE001 - stopping a failed query may raise again
                 log.debug("stopping query: %s", exc)
             self._query = None
-        self._query_partitions, self._gate = (), None
+        self._query_partitions, self._gate, self._writer = (), None, None
         self._claims, self._targets = {}, None
         if self._checkpoint is not None:
             queries.remove_checkpoint(self.fs, self._checkpoint)

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
+from groupmgr.core import TopicPartition
 from pipelines.config import load_pipeline
 from pipelines.runtime.runner import PipelineRunner, group_member_factory
 from tests.support.kafka_data import (create_topic, delta_coordinates, json_events, log_end_offsets, produce,
                                       table_reached, write_pipeline)
+from tests.support.static_member import StaticMember
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 4
@@ -76,3 +79,44 @@ def _wait(predicate, timeout_s):
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.2)
+
+
+def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap, spark, tmp_path, unique_name):
+    """Before joining, the scg-kafka member's own query reads the last record of partition 0 under
+    a claim of its own and hands that batch to the batch path without writing it: no data file,
+    no table version, no Kafka commit; the claim is dropped and the same query goes on. Its later
+    claim of that partition reads every record from the start, exactly once."""
+    create_topic(bootstrap, unique_name, 2)
+    produced = produce(bootstrap, unique_name, json_events(40))
+    path = write_pipeline(tmp_path / "p.yaml", bootstrap, unique_name, unique_name, tmp_path)
+    path.write_text(path.read_text().replace("  starting_offsets: earliest\n",
+                                             "  starting_offsets: earliest\n  reader: scg-kafka\n"))
+    config = load_pipeline(path)
+    partitions = [TopicPartition(unique_name, p) for p in range(2)]
+    lines, members = [], []
+
+    def factory(cfg, listener):
+        members.append(StaticMember(listener, partitions))
+        return members[-1]
+
+    runner = PipelineRunner(config, spark, member_factory=factory, out=lines.append)
+    tables = [Path(config.sink.path), Path(config.sink.dead_letter_path)]
+    before = {t: sorted(p.relative_to(t) for p in t.rglob("*")) for t in tables}
+    try:
+        with runner._lock:
+            runner._start_following_query()
+        query_id = runner._query.id
+        runner._warm_up_in_query()
+        warmed = [line for line in lines if "batch path warmed up" in line]
+        assert warmed and f"read {unique_name}-0@" in warmed[0] and "in the member's query" in warmed[0], lines
+        assert {t: sorted(p.relative_to(t) for p in t.rglob("*")) for t in tables} == before
+        assert members[0].commits == [] and runner._claims == {}
+        assert runner._query.isActive and runner._query.id == query_id
+        runner.member.start()  # the static member is assigned both partitions; run()'s loop:
+        _wait(lambda: runner._check_query() == "active"
+              and table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
+        assert runner._query.id == query_id
+    finally:
+        runner._stop_query(graceful=True)
+    rows = delta_coordinates(spark, config.sink.path)
+    assert len(rows) == len(set(rows)) and set(rows) == produced

@@ -289,3 +289,19 @@ def test_a_plan_changed_after_the_one_pass_write_is_decided_again_in_two_passes(
     out, dead = coordinates(delta_tables.table.path), coordinates(delta_tables.dead_table.path)
     assert dead == [("t", 0, 2)]
     assert out == [("t", 0, 0), ("t", 0, 1), ("t", 0, 3)]
+
+def test_a_rehearsed_batch_goes_to_the_rehearsal_and_writes_nothing():
+    """BatchWriter.rehearse (the scg-kafka member's warm-up in its own query): while set, a batch
+    is handed over with its planned ranges and nothing is committed, to Delta or Kafka, nor
+    reported; it still passes the gate. Unset, batches write again."""
+    calls, rehearsed = [], []
+    writer = make_writer(calls)
+    writer.rehearse(lambda df, ranges: rehearsed.append((df, ranges)))
+    mark = writer.gate.mark()
+    writer("rows", 0)
+    assert rehearsed == [("rows", RANGES)] and calls == []
+    assert writer.gate.released([TopicPartition("u", 0)], mark, 0.05)
+    writer.rehearse(None)
+    writer(None, 1)
+    assert rehearsed == [("rows", RANGES)]
+    assert calls == ["dead", "table", "released", ("kafka", {TopicPartition("t", 0): 5}, "delta:7"), "report"]
