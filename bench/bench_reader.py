@@ -56,7 +56,9 @@ def throughput(bootstrap: str, base: Path, reps: int) -> dict:
 
 def summary(local: dict) -> dict:
     """Per dataset and variant: records/s over the whole run (from ``runner.run`` to the last
-    batch: warm-up, join and claim included; the spark-kafka member's warm-up runs one more query),
+    batch: warm-up, join and claim included; the spark-kafka member warms up through a query of its
+    own and starts its query after the claim, the scg-kafka member warms up in its own query,
+    started before it joins),
     after the claim (from the "starting query" / "reading from the next batch" line), and within
     the batches (over the sum of the micro-batches' durations: read, parse, write, commit; the
     planning between them left out); medians and the scg-kafka / spark-kafka ratios of each."""
@@ -92,7 +94,9 @@ def markdown(results: dict) -> str:
            f"(load average {results['load_average_start'][0]:.1f} at the start), wall "
            f"{results.get('wall_s', 0) / 60:.1f} min, commit {results.get('commit') or '?'}.", "",
            "Records/s over the whole run (from `runner.run` to the last batch: warm-up, join and claim "
-           "included; the spark-kafka member warms up through one more query); in the last two columns "
+           "included; the spark-kafka member warms up through a query of its own and starts its query after "
+           "the claim, the scg-kafka member warms up in its own query, started before it joins); in the last "
+           "two columns "
            "the ratio from the claim on, and within the micro-batches (records over the sum of their "
            "durations: read, parse, write and commit, without the planning between batches).", "",
            "| dataset | noop rec/s | scg (spark-kafka) rec/s | scg (scg-kafka) rec/s | scg-kafka / spark-kafka "
