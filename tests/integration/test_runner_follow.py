@@ -2,7 +2,8 @@
 session share a cooperative group. When the second joins, partitions move from the first to the
 second without either query restarting (same query id, batch ids go on), each partition is
 released only after its last batch in the old owner ended, and the table holds every record
-exactly once (delta-spark)."""
+exactly once (delta-spark). Before joining, a member warms up in its own query and leaves nothing
+behind."""
 from __future__ import annotations
 
 import threading
