@@ -26,7 +26,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -118,11 +118,14 @@ class CommitResult:
 @dataclass(frozen=True)
 class CommitPlan:
     """What a batch must write, decided on one snapshot: ``keep_from`` lists the partitions to
-    write with the first offset to keep (rows below it are already in the table)."""
+    write with the first offset to keep (rows below it are already in the table). A plan from
+    :meth:`TxnDeltaTable.plan` also holds that snapshot, for the one :meth:`commit_files` call
+    that follows it (not compared, not shown)."""
 
     keep_from: dict[TopicPartition, int]
     new_versions: dict[TopicPartition, int]
     replayed: tuple[TopicPartition, ...]
+    snapshot: DeltaTable | None = field(default=None, compare=False, repr=False)
 
 
 WriteFiles = Callable[[CommitPlan], WrittenFiles]
@@ -263,16 +266,19 @@ class TxnDeltaTable:
         Raises FencedWriterError or OffsetGapError as the commit would."""
         table = self.snapshot()
         self._check_owner(table, ranges, epochs)
-        return self._plan(table, ranges)
+        return replace(self._plan(table, ranges), snapshot=table)
 
     def commit_files(self, ranges: Sequence[OffsetRange], epochs: Mapping[TopicPartition, int],
-                     write: WriteFiles) -> CommitResult:
+                     write: WriteFiles, planned: CommitPlan | None = None) -> CommitResult:
         """Decide, have ``write`` write the plan's files, commit them with the offset and owner
         transactions in one CAS commit (protocol above). Raises FencedWriterError or OffsetGapError
-        without writing; SinkError when conflicts persist."""
+        without writing; SinkError when conflicts persist. ``planned``: the :meth:`plan` this
+        commit follows; its snapshot, brought up to date (only the commits since are read, not
+        the log from its checkpoint), is the first attempt's, and everything is decided on it
+        again as on a fresh one."""
         plan, written = None, None
         for attempt in range(COMMIT_ATTEMPTS):
-            table = self.snapshot()
+            table = self._latest(planned.snapshot if planned is not None and attempt == 0 else None)
             self._check_owner(table, ranges, epochs)
             decided = self._plan(table, ranges)
             if not decided.new_versions:  # a full replay: the rows are counted, none is written
@@ -293,6 +299,17 @@ class TxnDeltaTable:
         raise SinkError(f"{self.path}: commit kept conflicting after {COMMIT_ATTEMPTS} attempts")
 
     # -- internals -----------------------------------------------------------------------------
+    def _latest(self, kept: DeltaTable | None) -> DeltaTable:
+        """``kept`` brought up to the latest version, or a fresh :meth:`snapshot` (no snapshot
+        kept, or updating it failed: the fresh load decides and names a storage failure)."""
+        if kept is not None:
+            try:
+                kept.update_incremental()
+                return kept
+            except Exception:  # noqa: BLE001 - see the docstring
+                pass
+        return self.snapshot()
+
     def _check_owner(self, table: DeltaTable, ranges, epochs) -> None:
         for rng in ranges:
             recorded = table.transaction_version(self.owner_app_id(rng.tp))

@@ -478,7 +478,7 @@ class BatchWriter:
             self.hooks.files_written(batch_id, ranges, written)
             return written
 
-        return table.commit_files(ranges, epochs, write)
+        return table.commit_files(ranges, epochs, write, planned)
 
     def _two_passes(self, batch: PreparedBatch, ranges: tuple[OffsetRange, ...], batch_id: int,
                     check_sources: Callable[[], None]) -> tuple[CommitResult, CommitResult]:

@@ -290,3 +290,31 @@ def test_a_created_table_checkpoints_every_ten_commits(tmp_path):
     assert [p.name for p in (tmp_path / "t" / "_delta_log").glob("*.checkpoint.parquet")] == [
         "00000000000000000009.checkpoint.parquet"]  # versions 0-13: the table, a claim, 12 commits
     assert table.recorded_offsets([T0]) == {T0: 12}
+
+
+def test_a_commit_after_its_plan_decides_again_on_the_plan_s_snapshot_brought_up_to_date(tmp_path, monkeypatch):
+    """commit_files(planned=...) starts from the snapshot plan() read, updated with the commits
+    since (no fresh load): another member's commit in between is seen (its partition's offset
+    is kept, the CAS holds), and a claim in between fences the commit, nothing written."""
+    import sinks.txn_table as txn_table
+
+    path = str(tmp_path / "t")
+    ours, other = TxnDeltaTable(path, "app", SCHEMA), TxnDeltaTable(path, "app", SCHEMA)
+    epochs, other_epochs = ours.claim([T0]), other.claim([T1])
+    opened = []
+    real_table = txn_table.DeltaTable
+    monkeypatch.setattr(txn_table, "DeltaTable", lambda *a, **k: opened.append(a) or real_table(*a, **k))
+    writer = ours.file_writer()
+    planned = ours.plan([OffsetRange("t", 0, 0, 3)], epochs)
+    other.commit(rows(T1, range(4)), [OffsetRange("t", 1, 0, 4)], other_epochs)
+    opened.clear()
+    result = ours.commit_files([OffsetRange("t", 0, 0, 3)], epochs,
+                               lambda plan: writer.write(rows(T0, range(3)).to_batches(), plan.keep_from), planned)
+    assert opened == [] and result.rows_written == 3
+    assert ours.recorded_offsets([T0, T1]) == {T0: 3, T1: 4}
+    planned = ours.plan([OffsetRange("t", 0, 3, 5)], epochs)
+    TxnDeltaTable(path, "app", SCHEMA).claim([T0])  # a new owner, between the plan and the commit
+    with pytest.raises(FencedWriterError):
+        ours.commit_files([OffsetRange("t", 0, 3, 5)], epochs,
+                          lambda plan: writer.write(rows(T0, range(3, 5)).to_batches(), plan.keep_from), planned)
+    assert len(coordinates(path)) == 7 and ours.recorded_offsets([T0]) == {T0: 3}

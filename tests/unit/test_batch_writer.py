@@ -24,7 +24,7 @@ class FakeTable:
     def plan(self, ranges, epochs):
         return CommitPlan({}, {}, ())
 
-    def commit_files(self, ranges, epochs, write):
+    def commit_files(self, ranges, epochs, write, planned=None):
         self.calls.append(self.name)
         if self.error:
             raise self.error
