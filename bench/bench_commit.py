@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,9 +24,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import pyarrow as pa  # noqa: E402
 
+from git_commit import short_commit  # noqa: E402
 from groupmgr.core import OffsetRange, TopicPartition  # noqa: E402
 from sinks.txn_table import TxnDeltaTable  # noqa: E402
 from tests.support.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server  # noqa: E402
@@ -77,7 +78,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="scg-bench-commit-"))
     results: dict = {"partitions": len(PARTITIONS), "records_per_batch": len(PARTITIONS) * RECORDS_PER_PARTITION,
                      "batches": args.batches, "cpu_count": os.cpu_count(), "load_average_start": os.getloadavg(),
-                     "commit": _commit(), "stores": {}}
+                     "commit": short_commit(), "stores": {}}
     local = TxnDeltaTable(str(work / "local"), "bench", SCHEMA)
     results["stores"]["local disk"] = summary(run_batches(local, args.batches))
     with S3Server(work / "s3") as s3:
@@ -107,13 +108,6 @@ def markdown(results: dict) -> str:
         lines.append(f"| {store} | {row['reused_ms']:.1f} | {row['fresh_ms']:.1f} | {row['reused_over_fresh']:.2f} |")
     return "\n".join(lines) + "\n"
 
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
 
 
 if __name__ == "__main__":

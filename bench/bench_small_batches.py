@@ -22,7 +22,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
+from git_commit import short_commit  # noqa: E402
 from pipelines.local.local_kafka import LocalKafka  # noqa: E402
 from tests.e2e.harness import MemberProcess, SteadyProducer, wait_until  # noqa: E402
 from tests.support.kafka_data import create_topic, write_pipeline  # noqa: E402
@@ -84,7 +85,7 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="scg-bench-small-"))
     results: dict = {"partitions": PARTITIONS, "rate": args.rate, "batches": args.batches, "skip": args.skip,
                      "reps": args.reps, "cpu_count": os.cpu_count(), "load_average_start": os.getloadavg(),
-                     "commit": _commit(), "runs": []}
+                     "commit": short_commit(), "runs": []}
     kafka = LocalKafka(base / "kafka")
     bootstrap = kafka.start().bootstrap_servers
     try:
@@ -135,13 +136,6 @@ def _save(results: dict, out: Path) -> None:
     (out / "small_batches.md").write_text(markdown(results))
     print(markdown(results))
 
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
 
 
 if __name__ == "__main__":
