@@ -172,17 +172,17 @@ def task_groups(ranges: Sequence[OffsetRange], slots: int,
     owner, runs in one task per core instead of one per partition; each task writes its own
     files, so such a batch also adds fewer small files to the table. Ranges go to the task with
     the fewest records so far, largest first; the result is sorted and deterministic."""
-    ranges = sorted((r for r in ranges if r.end > r.start), key=lambda r: (-(r.end - r.start), r.topic, r.partition))
+    ranges = sorted((r for r in ranges if r.count > 0), key=lambda r: (-r.count, r.topic, r.partition))
     if not ranges:
         return []
-    records = sum(r.end - r.start for r in ranges)
+    records = sum(r.count for r in ranges)
     count = min(len(ranges), max(1, slots, math.ceil(records / records_per_task)))
     groups: list[list[OffsetRange]] = [[] for _ in range(count)]
     sizes = [0] * count
     for rng in ranges:
         smallest = min(range(count), key=lambda i: (sizes[i], i))
         groups[smallest].append(rng)
-        sizes[smallest] += rng.end - rng.start
+        sizes[smallest] += rng.count
     return sorted(tuple(sorted(group, key=lambda r: (r.topic, r.partition))) for group in groups)
 
 

@@ -164,7 +164,6 @@ class PipelineRunner:
         self._assignment_dir: str | None = None  # scg-kafka: where the assignment file lives
         self._lock = threading.RLock()
         self._query = None
-        self._gate: BatchGate | None = None     # the running query's batch boundary
         self._closing = False                   # run() is ending: no query starts any more
         self._checkpoint = None
         self._owned: tuple[TopicPartition, ...] = ()
@@ -190,7 +189,12 @@ class PipelineRunner:
         self._claims: dict[TopicPartition, Claim] = {}  # scg-kafka: what the running query reads, per claim
         self._claim_serials = itertools.count(1)
         self._targets: TableTargets | None = None  # the running query's tables and owner epochs
-        self._writer: BatchWriter | None = None  # scg-kafka: the running query's batch writer
+        self._writer: BatchWriter | None = None  # the running query's batch writer (and its gate)
+
+    @property
+    def _gate(self) -> BatchGate | None:
+        """The running query's batch boundary (its batch writer's gate)."""
+        return self._writer.gate if self._writer is not None else None
 
     # -- RebalanceListener ------------------------------------------------------------------------
     def on_assigned(self, generation: Generation, partitions) -> None:
@@ -572,7 +576,7 @@ class PipelineRunner:
                              CheckpointOffsetLog(self._checkpoint, offsets, self.fs.read_text),
                              self._commit_kafka, self._on_batch, self._on_refused, self.hooks,
                              check_sources=self._check_sources)
-        self._gate = writer.gate
+        self._writer = writer
         self._query = queries.start_query(self.spark, self.tables.source_options, offsets, writer,
                                           self._checkpoint, self.tables.trigger,
                                           f"{self.config.name}-{_label(self._generation)}")
@@ -621,7 +625,7 @@ class PipelineRunner:
                              AssignedOffsetLog(self._checkpoint, self.fs.read_text),
                              self._commit_kafka, self._on_batch, self._on_refused, self.hooks,
                              check_sources=self._check_sources)
-        self._gate, self._writer = writer.gate, writer
+        self._writer = writer
         options = assigned_source_options(self.config.kafka.confluent_config(), self._assignment_path(),
                                           self.config.source, self.spark.sparkContext.defaultParallelism)
         self._query = queries.start_assigned_query(self.spark, options, writer, self._checkpoint,
@@ -780,7 +784,7 @@ class PipelineRunner:
             except Exception as exc:  # noqa: BLE001 - stopping a failed query may raise again
                 log.debug("stopping query: %s", exc)
             self._query = None
-        self._query_partitions, self._gate, self._writer = (), None, None
+        self._query_partitions, self._writer = (), None
         self._claims, self._targets = {}, None
         if self._checkpoint is not None:
             queries.remove_checkpoint(self.fs, self._checkpoint)

@@ -3,6 +3,7 @@ running the query is retried with backoff forever and never ends the member; a p
 it with its named condition; unrecognised failures get a bounded number of restarts
 (pipelines/runtime/runner.py, docs/DESIGN.md invariant 9)."""
 import threading
+from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -54,7 +55,7 @@ class Harness:
         outcome = self.starts.pop(0) if self.starts else RunningQuery()
         if isinstance(outcome, BaseException):
             raise outcome
-        self.runner._query, self.runner._gate = outcome, BatchGate()
+        self.runner._query, self.runner._writer = outcome, SimpleNamespace(gate=BatchGate())
         self.runner._query_partitions = self.runner._owned
 
     def assign(self, generation, partitions):
@@ -161,8 +162,6 @@ def test_revoking_cancels_a_pending_start():
 
 @pytest.mark.parametrize("policy", ["warn", "fail"])
 def test_a_group_the_broker_runs_is_named_once_and_fails_only_when_asked(policy):
-    from types import SimpleNamespace
-
     from groupmgr.server_assignment import GroupRunByBroker
 
     harness = Harness()

@@ -3,6 +3,7 @@
 then returns only once a batch that began after that reads none of it. Without Spark or Kafka:
 the query thread is played by the test through the runner's BatchGate."""
 import threading
+from types import SimpleNamespace
 
 from groupmgr.core import TopicPartition
 from pipelines.runtime import runner as runner_module
@@ -29,7 +30,7 @@ def following_runner(tmp_path) -> PipelineRunner:
     runner.progress = ProgressPrinter(lambda _line: None)
     runner._init_lifecycle(follow=True)
     runner._assignment_dir = str(tmp_path)
-    runner._query, runner._gate = RunningQuery(), BatchGate()
+    runner._query, runner._writer = RunningQuery(), SimpleNamespace(gate=BatchGate())
     runner._owned = (A, B)
     runner._claims = {A: Claim(1, 0), B: Claim(2, 0)}
     runner._publish_claims()
