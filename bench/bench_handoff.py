@@ -36,7 +36,8 @@ Modes (``--modes``, all three by default): ``eager`` (range) and ``cooperative``
 (cooperative-sticky) read with Spark's own Kafka source (one query per assignment of the member,
 restarted at a batch boundary when the assignment changes); ``follow`` is cooperative-sticky with
 ``source.reader: scg-kafka`` (one query per member that follows the assignment, never restarted by
-a rebalance). Ingest throughput of the two readers into the same sink is bench/bench_reader.py's
+a rebalance). ``follow-1`` (not run by default) is ``follow`` with the warm-up before 2026-11-24: a
+joining member rehearses one batch, not batches until they stop getting faster. Ingest throughput of the two readers into the same sink is bench/bench_reader.py's
 (bench/results/reader.md, quoted here when it exists).
 
 Writes bench/results/handoff.json and bench/results/handoff.md (``--name`` changes the stem).
@@ -68,7 +69,10 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 # mode -> (assignor, source.reader); assignor None: the pipeline default (range)
 MODES = {"eager": (None, "spark-kafka"), "cooperative": ("cooperative-sticky", "spark-kafka"),
-         "follow": ("cooperative-sticky", "scg-kafka")}
+         "follow": ("cooperative-sticky", "scg-kafka"), "follow-1": ("cooperative-sticky", "scg-kafka")}
+# mode -> Python run in its members before `scg run` (what the mode changes in the member)
+PATCHES = {"follow-1": "from pipelines.runtime import runner, warm_up_rounds; "
+                       "runner.WarmUpRounds = lambda: warm_up_rounds.WarmUpRounds(max_batches=1); "}
 START_TIMEOUT_S = 420      # members started together on a loaded 2-core machine
 SETTLE_TIMEOUT_S = 240
 WRITE_TIMEOUT_S = 120
@@ -162,7 +166,10 @@ def run_mode(mode: str, bootstrap: str, base: Path, args, started: list) -> dict
     members: list[TimedMember] = []
 
     def spawn() -> TimedMember:
-        member = TimedMember(f"{mode}-{next(names)}", path, work)
+        patch = PATCHES.get(mode)
+        command = None if patch is None else \
+            ["-c", patch + f"import sys; from pipelines.cli.main import main; sys.exit(main(['run', {str(path)!r}]))"]
+        member = TimedMember(f"{mode}-{next(names)}", path, work, command=command)
         members.append(member)
         started.append(member)
         return member
@@ -391,7 +398,9 @@ def markdown(results: dict) -> str:
            "every micro-batch and is never restarted by a rebalance.", ""]
     for mode in modes:
         out.append(f"- **{mode}**: assignor `{results['modes'][mode]['assignor']}`, reader "
-                   f"`{results['modes'][mode].get('reader', 'spark-kafka')}`")
+                   f"`{results['modes'][mode].get('reader', 'spark-kafka')}`"
+                   + ("; a joining member rehearses one batch before it joins (the warm-up before "
+                      "2026-11-24), not batches until they stop getting faster" if mode in PATCHES else ""))
     out.append("")
     for i, kind in enumerate(("join", "leave", "kill")):
         evs = {m: results["modes"][m]["events"][i] for m in modes if len(results["modes"][m]["events"]) > i}

@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import queue
 import shutil
 import tempfile
 import threading
@@ -72,6 +73,7 @@ from pipelines.runtime.pipeline_tables import open_tables
 from pipelines.runtime.progress import ProgressPrinter
 from pipelines.runtime.spark_session import prepare_session
 from pipelines.runtime.start_offsets import StartDecision, choose_start_offset
+from pipelines.runtime.warm_up_rounds import WarmUpRounds
 
 log = logging.getLogger("scg.runner")
 POLL_S = 0.5
@@ -267,7 +269,7 @@ class PipelineRunner:
         if self._follow:
             with self._lock:
                 self._start_following_query()  # over no partition yet: assignments then cost no start
-            self._warm_up_in_query()
+            self._warm_up_in_query(stop)
         else:
             self._warm_up()
         self.progress.note(f"joining consumer group {self.config.group.id} "
@@ -350,56 +352,80 @@ class PipelineRunner:
             return None
         return tp, log_.latest - 1
 
-    def _warm_up_in_query(self) -> None:
+    def _warm_up_in_query(self, stop: threading.Event | None = None) -> None:
         """Before joining (reader ``scg-kafka``), with the member's own query started over no
-        partition: claim the last record of the first topic's partition 0 for the query alone,
-        hand the batch that reads it to :func:`warm_up_batch` (:meth:`BatchWriter.rehearse`:
-        nothing written or committed, no offset either), then drop the claim (:meth:`_release`)
-        and write again. The query's planner, the executors' Python readers and the batch path
-        are then warm, and the query plans a trigger at every interval, when the first real claim
-        comes; one query start, not two (a warm-up query of its own, then the member's). At most
-        :data:`WARM_UP_QUERY_S` for the batch. With nothing to read, one made-up record through
-        the batch path and a wait for the query's first trigger. Best effort."""
-        started, writer = time.monotonic(), self._writer
+        partition: claim the last record of the first topic's partition 0 for the query alone and
+        hand the batches that read it to :func:`warm_up_batch` (:meth:`BatchWriter.rehearse`:
+        nothing written or committed, no offset either), claiming the then last record again
+        with a new serial after each one, until they stop getting faster
+        (:class:`~pipelines.runtime.warm_up_rounds.WarmUpRounds`); then drop the claim
+        (:meth:`_release`) and write again. The query's planner, the executors' Python readers,
+        the batch path and the driver's JIT-compiled code are then warm when the first real claim
+        comes; one query start, not two. At most :data:`WARM_UP_QUERY_S` for a batch; ``stop``
+        ends the warm-up after the batch in flight. With nothing to read, one made-up record
+        through the batch path and a wait for the query's first trigger. Best effort."""
+        started, writer, stop = time.monotonic(), self._writer, stop or threading.Event()
         targets = TableTargets(self.tables.table, self.tables.dead_table, {}, {})
-        try:
-            record = self._warm_up_record()
-        except Exception as exc:  # noqa: BLE001 - advisory: the real query reports its own failure
-            log.debug("finding a record to warm up on failed: %s", exc)
-            record = None
+        record = self._warm_up_record_or_none()
         if record is None or writer is None:
             if self._warm_up_made_up(targets):
                 self._note_warmed_up(started, "")
             if queries.wait_until_planned(self._query, WARM_UP_QUERY_S):
                 self.progress.note(f"query ready in {time.monotonic() - started:.1f}s (its first trigger planned)")
             return
-        tp, offset = record
-        done = threading.Event()
+        tp, first_offset = record
+        rehearsed: queue.SimpleQueue[tuple[float, bool]] = queue.SimpleQueue()
 
-        def rehearsal(kafka_rows, ranges) -> None:
+        def rehearsal(kafka_rows, ranges) -> None:  # query thread
+            if not any(r.end > r.start for r in ranges):
+                return
+            began, ok = time.monotonic(), True
             try:
-                if any(r.end > r.start for r in ranges):
-                    warm_up_batch(kafka_rows, self.tables.record_format, self.config.transform, targets)
-                    done.set()
+                warm_up_batch(kafka_rows, self.tables.record_format, self.config.transform, targets)
             except Exception as exc:  # noqa: BLE001 - advisory: the real batch reports its own failure
                 log.debug("warming up the batch path failed: %s", exc)
-                done.set()
+                ok = False
+            rehearsed.put((time.monotonic() - began, ok))
 
+        rounds = WarmUpRounds()
         writer.rehearse(rehearsal)
         try:
-            with self._lock:
-                self._claims[tp] = Claim(next(self._claim_serials), offset)
-                self._publish_claims()
-            deadline = time.monotonic() + WARM_UP_QUERY_S
-            while not done.wait(POLL_S) and self._query is not None and self._query.isActive \
-                    and time.monotonic() < deadline:
-                pass
+            while record is not None and rounds.more(time.monotonic()) and not stop.is_set():
+                with self._lock:
+                    self._claims[tp] = Claim(next(self._claim_serials), record[1])
+                    self._publish_claims()
+                outcome = self._next_rehearsal(rehearsed, stop)
+                if outcome is None or not outcome[1]:
+                    break
+                rounds.add(outcome[0], time.monotonic())
+                record = self._warm_up_record_or_none()
             with self._lock:
                 self._release([tp])
         finally:
             writer.rehearse(None)
-        if done.is_set():
-            self._note_warmed_up(started, f"{tp.topic}-{tp.partition}@{offset}", " in the member's query")
+        if rounds.durations:
+            self._note_warmed_up(started, f"{tp.topic}-{tp.partition}@{first_offset}",
+                                 f" in the member's query, {rounds.summary()}")
+
+    def _warm_up_record_or_none(self) -> tuple[TopicPartition, int] | None:
+        """:meth:`_warm_up_record`, None when the brokers could not say."""
+        try:
+            return self._warm_up_record()
+        except Exception as exc:  # noqa: BLE001 - advisory: the real query reports its own failure
+            log.debug("finding a record to warm up on failed: %s", exc)
+            return None
+
+    def _next_rehearsal(self, rehearsed: queue.SimpleQueue, stop: threading.Event) -> tuple[float, bool] | None:
+        """The next rehearsed batch's (seconds, succeeded), waiting at most :data:`WARM_UP_QUERY_S`
+        while the query runs and ``stop`` is not set; None when none came."""
+        deadline = time.monotonic() + WARM_UP_QUERY_S
+        while time.monotonic() < deadline and self._query is not None and self._query.isActive:
+            try:
+                return rehearsed.get(timeout=POLL_S)
+            except queue.Empty:
+                if stop.is_set():
+                    return None
+        return None
 
     def _warm_up_through_the_source(self, targets: TableTargets) -> str:
         """Run one query like the member's own (Spark's Kafka source, same source options, fresh
