@@ -44,18 +44,24 @@ class Claim:
 
 @dataclass(frozen=True)
 class Assignment:
-    """The partitions the source may read now, each with its current claim."""
+    """The partitions the source may read now, each with its current claim, and the cores the
+    application has now (``task_slots``, :func:`task_groups`; None: not said)."""
 
     claims: Mapping[TopicPartition, Claim] = field(default_factory=dict)
+    task_slots: int | None = None
 
     def to_json(self) -> str:
-        return json.dumps({"claims": _nest({tp: [c.serial, c.start] for tp, c in self.claims.items()})},
-                          sort_keys=True)
+        raw: dict = {"claims": _nest({tp: [c.serial, c.start] for tp, c in self.claims.items()})}
+        if self.task_slots is not None:
+            raw["task_slots"] = self.task_slots
+        return json.dumps(raw, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Assignment:
         raw = json.loads(text)
-        return cls({tp: Claim(int(v[0]), int(v[1])) for tp, v in _flat(raw.get("claims", {})).items()})
+        slots = raw.get("task_slots")
+        return cls({tp: Claim(int(v[0]), int(v[1])) for tp, v in _flat(raw.get("claims", {})).items()},
+                   None if slots is None else max(1, int(slots)))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ Division of work:
   ``read_committed`` plans up to the last stable offset), admission control, the next
   :class:`~pipelines.runtime.assigned_offsets.SourceOffset`; ``partitions``: the non-empty ranges
   grouped into tasks (:func:`~pipelines.runtime.assigned_offsets.task_groups`: one per core the
-  application had when the query started, more for a large batch, at most one per range);
+  application has, as the runner last wrote it in the file, more for a large batch, at most one
+  per range);
 * executors — ``read``: the records of the task's ranges, one range after the other, or
   :class:`KafkaDataLoss`.
 
@@ -45,14 +46,16 @@ from pipelines.runtime.records import kafka_row_ddl
 
 SOURCE_NAME = "scg-kafka"
 ASSIGNMENT_OPTION = "assignmentFile"
-SLOTS_OPTION = "taskSlots"  # the application's cores when the query started (defaultParallelism)
+SLOTS_OPTION = "taskSlots"  # the application's cores when the query started (defaultParallelism),
+                            # until the assignment file says how many it has now
 HEADERS_OPTION = "includeHeaders"  # as Spark's Kafka source: "true" adds the column `headers`
 KAFKA_PREFIX = "kafka."
 LOG_END_GRACE_S = 30.0  # a partition whose log end cannot be read is held this long, then the query fails
 
 
 class AssignmentFile:
-    """The runner's current assignment, shared with the source's planner on the same host.
+    """The runner's current assignment (and the application's cores), shared with the source's
+    planner on the same host.
 
     :meth:`write` replaces the file atomically (rename), so a reader sees the old or the new
     assignment, never a mix; a missing file is an empty assignment. Safe across processes."""
@@ -183,8 +186,11 @@ class AssignedKafkaReader(DataSourceStreamReader):
         return plan.offset.to_dict()
 
     def partitions(self, start: dict, end: dict):
+        """The batch's ranges grouped into tasks for the cores the application has now (as the
+        runner last wrote them, else the ``taskSlots`` option: the cores at query start)."""
         ranges = batch_ranges(SourceOffset.from_dict(start), SourceOffset.from_dict(end))
-        return [RangesPartition(group) for group in task_groups(ranges, self.task_slots)]
+        slots = self.assignment_file.read().task_slots or self.task_slots
+        return [RangesPartition(group) for group in task_groups(ranges, slots)]
 
     def commit(self, end: dict) -> None:
         """Nothing: the Delta table holds the offsets (the batch writer commits them)."""

@@ -85,6 +85,7 @@ STABLE_AFTER_S = 60.0       # a query running this long (or a committed batch) e
 GRACEFUL_STOP_S = 30.0     # the longest a stop waits for a running micro-batch to finish
 STOPPED_RECHECK = Backoff(5.0, 60.0)  # how often a stopped partition is checked again
 WARM_UP_QUERY_S = 60.0     # the longest the warm-up query may run before it is stopped
+TASK_SLOTS_CHECK_S = 10.0  # how often an scg-kafka member asks Spark how many cores it has
 
 
 class QueryFailedRepeatedly(ScgError):
@@ -192,6 +193,8 @@ class PipelineRunner:
         self._claim_serials = itertools.count(1)
         self._targets: TableTargets | None = None  # the running query's tables and owner epochs
         self._writer: BatchWriter | None = None  # the running query's batch writer (and its gate)
+        self._task_slots = 1                     # scg-kafka: the application's cores, as last published
+        self._task_slots_checked_at = 0.0        # ... and when they were last asked (main thread)
 
     @property
     def _gate(self) -> BatchGate | None:
@@ -283,6 +286,8 @@ class PipelineRunner:
                     break
                 self.member.raise_if_failed()
                 self._poll_between_batches()
+                if self._follow:
+                    self._follow_application_cores()
                 state = self._check_query()  # before the describe below: a start waits for nothing
                 self._check_server_assignment_when_due()
                 if state == "finished" and self.config.trigger.available_now:
@@ -643,6 +648,7 @@ class PipelineRunner:
     def _start_following_query(self) -> None:
         """Start the ``scg-kafka`` query over the current claims (none yet, before the member
         joins). Lock held."""
+        self._task_slots = self._application_cores() or self._task_slots
         self._publish_claims()
         self._targets = TableTargets(self.tables.table, self.tables.dead_table, {}, {})
         self._checkpoint = queries.new_checkpoint(self.config.checkpoint_root, _label(self._generation))
@@ -653,7 +659,7 @@ class PipelineRunner:
                              check_sources=self._check_sources)
         self._writer = writer
         options = assigned_source_options(self.config.kafka.confluent_config(), self._assignment_path(),
-                                          self.config.source, self.spark.sparkContext.defaultParallelism)
+                                          self.config.source, self._task_slots)
         self._query = queries.start_assigned_query(self.spark, options, writer, self._checkpoint,
                                                    self.tables.trigger,
                                                    f"{self.config.name}-follow-{uuid.uuid4().hex[:8]}")
@@ -686,8 +692,42 @@ class PipelineRunner:
                 return
 
     def _publish_claims(self) -> None:
-        AssignmentFile(self._assignment_path()).write(Assignment(dict(self._claims)))
+        AssignmentFile(self._assignment_path()).write(Assignment(dict(self._claims), self._task_slots))
         self._query_partitions = tuple(sorted(self._claims))
+
+    def _application_cores(self) -> int | None:
+        """The cores the application runs tasks on now (``SparkContext.defaultParallelism``:
+        executors registered so far, or ``spark.default.parallelism`` when set); None when Spark
+        could not say."""
+        try:
+            return max(1, int(self.spark.sparkContext.defaultParallelism))
+        except Exception as exc:  # noqa: BLE001 - advisory: the last known count stays
+            log.debug("reading defaultParallelism failed: %s", exc)
+            return None
+
+    def _follow_application_cores(self) -> None:
+        """Main thread, every :data:`TASK_SLOTS_CHECK_S`: when the application's cores changed
+        (executors that registered after the query started, or came and went with dynamic
+        allocation), publish the new count with the claims, so the scg-kafka planner groups the
+        next batches into that many tasks (:func:`~pipelines.runtime.assigned_offsets.task_groups`).
+        Never waits for the lock: a listener releasing partitions holds it, and the check is
+        simply made again later."""
+        now = time.monotonic()
+        if self._query is None or now < self._task_slots_checked_at + TASK_SLOTS_CHECK_S:
+            return
+        self._task_slots_checked_at = now
+        cores = self._application_cores()
+        if cores is None or cores == self._task_slots or not self._lock.acquire(blocking=False):
+            return
+        try:
+            if self._query is None:
+                return
+            before, self._task_slots = self._task_slots, cores
+            self._publish_claims()
+        finally:
+            self._lock.release()
+        self.progress.note(f"the application has {cores} cores now ({before} before): "
+                           f"a batch runs in up to {cores} tasks")
 
     def _assignment_path(self) -> str:
         return f"{self._assignment_dir}/assignment.json"

@@ -64,6 +64,13 @@ def test_the_offset_survives_spark_s_json_round_trip():
     assert Assignment.from_json(assign(a=(1, 10)).to_json()) == assign(a=(1, 10))
 
 
+def test_the_assignment_file_carries_the_application_s_cores_when_the_runner_says_them():
+    claims = {A: Claim(1, 10)}
+    assert Assignment.from_json(Assignment(claims, task_slots=8).to_json()) == Assignment(claims, 8)
+    assert Assignment.from_json(Assignment(claims).to_json()).task_slots is None
+    assert Assignment.from_json('{"claims": {}, "task_slots": 0}').task_slots == 1
+
+
 def test_prorate_shares_the_cap_by_backlog_like_spark():
     begin = {A: 0, B: 0, C: 0}
     assert prorate(begin, {A: 900, B: 100, C: 0}, 100) == {A: 90, B: 10, C: 0}

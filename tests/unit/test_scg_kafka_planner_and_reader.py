@@ -62,6 +62,18 @@ def test_a_task_reads_its_ranges_one_after_the_other(tmp_path, monkeypatch):
     assert list(r.read(tasks[1])) == [B, C]
 
 
+def test_tasks_follow_the_cores_the_runner_last_wrote_not_those_at_query_start(tmp_path):
+    file = AssignmentFile(tmp_path / "assignment.json")
+    r = AssignedKafkaReader(source_options({"bootstrap.servers": "x"}, file.path, RateLimits(), task_slots=1))
+    start = SourceOffset({A: 0, B: 0, C: 0}, {A: 1, B: 1, C: 1})
+    end = SourceOffset({A: 9, B: 2, C: 4}, {A: 1, B: 1, C: 1})
+    assert len(r.partitions(start.to_dict(), end.to_dict())) == 1   # the option: 1 core at query start
+    file.write(Assignment({A: Claim(1, 0), B: Claim(1, 0), C: Claim(1, 0)}, task_slots=3))
+    assert len(r.partitions(start.to_dict(), end.to_dict())) == 3   # executors registered since
+    file.write(Assignment({A: Claim(1, 0), B: Claim(1, 0), C: Claim(1, 0)}, task_slots=2))
+    assert len(r.partitions(start.to_dict(), end.to_dict())) == 2   # ... and one went away
+
+
 def test_the_planner_asks_for_last_stable_offsets_only_under_read_committed(tmp_path):
     r = reader(tmp_path, {A: Claim(1, 0)}, {A: 5})
     r.latestOffset(INITIAL.to_dict(), ReadAllAvailable())
