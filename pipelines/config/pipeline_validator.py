@@ -42,6 +42,9 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
 _INPUT_VIEW = re.compile(r"\binput\b", re.IGNORECASE)
+# delta-rs reads a table's location as a URL: these characters make it panic ("Invalid object store
+# url") or, for a %XX escape, open another directory than Spark does
+_NOT_FOR_DELTA_RS = re.compile(r"[\[\]^|\\]|%[0-9A-Fa-f]{2}")
 
 TOP_KEYS = ("name", "kafka", "topics", "topic_pattern", "group", "source", "format", "transform",
             "sink", "trigger", "checkpoint_root", "spark", "storage")
@@ -486,6 +489,13 @@ def _sink(ctx: Ctx, top: Section, fmt: FormatConfig, transform: str | None) -> S
     if _same_or_inside(dead, path) or _same_or_inside(path, dead):
         ctx.fail(*sec.line_of("dead_letter_path"), C.CONFLICTING_FIELDS,
                  "dead_letter_path must be outside sink.path (and not contain it)", fields=("path", "dead_letter_path"))
+    for key, location in (("path", path), ("dead_letter_path", dead)):
+        unsafe = _NOT_FOR_DELTA_RS.search(location)
+        if unsafe:
+            ctx.fail(*sec.line_of(key, "path"), C.BAD_VALUE,
+                     f"{location!r} holds {unsafe.group()!r}, which the Delta writer (delta-rs) cannot use in "
+                     "a table's location (it reads the location as a URL); choose a path without "
+                     "[ ] ^ | \\ or %XX escapes", value=location)
     columns = _partition_by(ctx, sec, fmt, transform)
     return SinkConfig(path=path, dead_letter_path=dead.rstrip("/"), partition_by=columns)
 
