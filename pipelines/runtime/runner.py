@@ -275,9 +275,10 @@ class PipelineRunner:
             self._warm_up_in_query(stop)
         else:
             self._warm_up()
-        self.progress.note(f"joining consumer group {self.config.group.id} "
-                           f"(assignors {', '.join(self.config.group.assignors)})")
-        self.member.start()
+        if not stop.is_set():  # a member stopped while warming up never joins
+            self.progress.note(f"joining consumer group {self.config.group.id} "
+                               f"(assignors {', '.join(self.config.group.assignors)})")
+            self.member.start()
         try:
             while not stop.is_set():
                 self._wait_for_wake(stop)
@@ -393,6 +394,8 @@ class PipelineRunner:
             rehearsed.put((time.monotonic() - began, ok))
 
         rounds = WarmUpRounds()
+        self.progress.note(f"warming the batch path up before joining: rehearsing batches over "
+                           f"{tp.topic}-{tp.partition} until they stop getting faster (nothing written)")
         writer.rehearse(rehearsal)
         try:
             while record is not None and rounds.more(time.monotonic()) and not stop.is_set():

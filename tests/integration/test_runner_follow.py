@@ -114,6 +114,11 @@ def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap
         assert warmed and f"read {unique_name}-0@" in warmed[0] and "in the member's query" in warmed[0], lines
         rehearsed = int(re.search(r"query, (\d+) batch", warmed[0]).group(1))
         assert rehearsed >= 3, warmed  # until two in a row are no faster than the best before them
+        assert any(f"rehearsing batches over {unique_name}-0" in line for line in lines), lines
+        stopping = threading.Event()
+        stopping.set()                 # a member stopped while warming up rehearses no further batch
+        runner._warm_up_in_query(stopping)
+        assert [line for line in lines if "batch path warmed up" in line] == warmed
         assert {t: sorted(p.relative_to(t) for p in t.rglob("*")) for t in tables} == before
         assert members[0].commits == [] and runner._claims == {}
         assert runner._query.isActive and runner._query.id == query_id

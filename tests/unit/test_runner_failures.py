@@ -328,3 +328,27 @@ def test_who_runs_the_group_is_asked_by_the_main_thread_once_per_assignment():
     runner._check_server_assignment_when_due()
     runner._check_server_assignment_when_due()
     assert asked == ["describe"]
+
+
+class Member:
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def start(self):
+        self.calls.append("start")
+
+    def close(self):
+        self.calls.append("close")
+
+
+def test_a_member_stopped_while_warming_up_never_joins_its_group():
+    """A SIGTERM during start-up (a cancelled deploy) must not cost the group two rebalances: one
+    for a join, one for the leave right after it."""
+    harness, stop, member = Harness(), threading.Event(), Member()
+    runner = harness.runner
+    runner.member, runner.probe = member, SimpleNamespace(close=lambda: None)
+    runner.config = SimpleNamespace(group=SimpleNamespace(id="g", assignors=("range",)))
+    runner._warm_up = stop.set            # the signal arrives while the member warms up
+    runner.run(stop)
+    assert member.calls == ["close"]
+    assert not any("joining consumer group" in line for line in harness.lines)
