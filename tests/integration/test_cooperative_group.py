@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient
 
 from groupmgr.assignors import COOPERATIVE, TopicPartition as TP
 from groupmgr.generation import MemberState
+from groupmgr.coordinator_client import KafkaTransport
 from groupmgr.member import GroupMember, MemberConfig
 from tests.integration.test_group_member import covers, create_topics, wait_until
 
@@ -112,6 +113,74 @@ def test_three_cooperative_members_join_and_leave_revoking_only_what_moves(boots
     assert set(recorders[1].revoked()[-1]) == set(members[1].assignment or recorders[1].events[-2][2])
     for recorder in recorders:
         assert recorder.violations == []
+
+
+class WatchedTransport(KafkaTransport):
+    """A member's real connection to the brokers, with events around its requests: ``join_sent``
+    when a JoinGroup goes out, ``join_answered`` when its answer is back; while ``heartbeats`` is
+    clear, a heartbeat waits for it (a member slow to notice a rebalance, bounded)."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.join_sent, self.join_answered, self.heartbeats = threading.Event(), threading.Event(), threading.Event()
+        self.heartbeats.set()
+
+    def send(self, request, node_id, timeout_s):
+        if request.name == "HeartbeatRequest":
+            self.heartbeats.wait(60)
+        if request.name == "JoinGroupRequest":
+            self.join_sent.set()
+        try:
+            return super().send(request, node_id, timeout_s)
+        finally:
+            if request.name == "JoinGroupRequest":
+                self.join_answered.set()
+
+
+def start_watched(bootstrap: str, group: str, topic: str, closer, **settings) -> tuple[GroupMember, WatchedTransport]:
+    config = MemberConfig(bootstrap_servers=bootstrap, group_id=group, topics=(topic,), assignors=(COOP,),
+                          client_id="scg-coop", **{**FAST, **settings})
+    transport = WatchedTransport(config.bootstrap_servers, config.client_id, config.client_kwargs)
+    member = GroupMember(config, Recorder(), transport=transport,
+                         offsets_transport=KafkaTransport(config.bootstrap_servers, config.client_id,
+                                                          config.client_kwargs)).start()
+    closer(lambda: member.close(timeout_s=10))
+    return member, transport
+
+
+def test_offsets_are_committed_while_the_member_waits_in_a_rebalance(bootstrap, unique_name, closer):
+    """A member's offset commits do not queue behind its own pending JoinGroup: a broker answers one
+    connection's requests in order, and a JoinGroup only once every member has rejoined. Here one
+    member is slow to notice the rebalance (its heartbeats are held), so the other's JoinGroup
+    stays unanswered; commits made meanwhile are stored at once with the current generation (the
+    group is preparing the rebalance). On one shared connection they would wait for the slow member,
+    then be refused for their generation."""
+    expected = create_topics(bootstrap, {unique_name: 4})
+    member, watched = start_watched(bootstrap, unique_name, unique_name, closer)
+    slow, slow_transport = start_watched(bootstrap, unique_name, unique_name, closer,
+                                         session_timeout_ms=45000, rebalance_timeout_ms=60000)
+    wait_until(lambda: settled([member, slow], [], expected), 30, "two members to settle")
+    slow_transport.heartbeats.clear()             # the slow member will not hear of the next rebalance
+    watched.join_sent.clear()
+    watched.join_answered.clear()
+    try:
+        third, _ = start(bootstrap, unique_name, unique_name, closer)  # a third member joins
+        assert watched.join_sent.wait(30), "the member did not rejoin"
+        results: list[str] = []
+
+        def commit_three():
+            for offset in (1, 2, 3):
+                member.commit_offsets({tp: offset for tp in member.assignment}, "while rejoining")
+                results.append("answered during the rebalance" if not watched.join_answered.is_set() else "late")
+
+        committer = threading.Thread(target=commit_three, daemon=True)
+        committer.start()
+        committer.join(20)
+        assert results == ["answered during the rebalance"] * 3
+        assert not watched.join_answered.is_set()   # the rebalance still waited for the slow member
+    finally:
+        slow_transport.heartbeats.set()
+    wait_until(lambda: settled([member, slow, third], [], expected), 60, "three members to settle")
 
 
 class CKCooperative:

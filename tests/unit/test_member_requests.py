@@ -352,3 +352,54 @@ def test_leave_retries_on_a_moved_coordinator_within_its_deadline():
     fake.move_coordinator(2)                          # the first LeaveGroup gets NOT_COORDINATOR
     send_leave_group(client, "g", "m-1", None, "closing", 5.0)
     assert fake.nodes("LeaveGroup") == ["coordinator-1", "coordinator-2"]
+
+
+class OtherConnection:
+    """The same scripted broker reached over a connection of its own; records what goes through it."""
+
+    def __init__(self, fake: FakeCoordinator) -> None:
+        self.fake, self.sent, self.starts, self.closed = fake, [], 0, False
+
+    def start(self, timeout_s: float) -> None:
+        self.starts += 1
+
+    def add_coordinator(self, group_id, coordinator):
+        return self.fake.add_coordinator(group_id, coordinator)
+
+    def send(self, request, node_id, timeout_s: float):
+        self.sent.append(request.name)
+        return self.fake.send(request, node_id, timeout_s)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_offsets_go_over_their_own_connection_opened_at_the_first_offset_request(fake):
+    offsets = OtherConnection(fake)
+    member = GroupMember(config(topics=("t",)), Recorder(), transport=fake, offsets_transport=offsets).start()
+    try:
+        assert member.wait_until_stable(WAIT)
+        assert offsets.starts == 0 and offsets.sent == []
+        member.commit_offsets({TP_("t", 0): 5}, "m")
+        member.commit_offsets({TP_("t", 0): 6}, "m")
+        assert member.committed([TP_("t", 0)])[TP_("t", 0)].offset == 6
+    finally:
+        member.close(timeout_s=5)
+    assert offsets.starts == 1 and offsets.closed
+    assert set(offsets.sent) == {"FindCoordinatorRequest", "OffsetCommitRequest", "OffsetFetchRequest"}
+    offset_requests = [name for name, _, _ in fake.log if name in ("OffsetCommitRequest", "OffsetFetchRequest")]
+    assert offset_requests == [name for name in offsets.sent if name != "FindCoordinatorRequest"]  # none other
+
+
+def test_a_member_that_never_committed_opens_no_offsets_connection(fake):
+    offsets = OtherConnection(fake)
+    member = GroupMember(config(topics=("t",)), Recorder(), transport=fake, offsets_transport=offsets).start()
+    assert member.wait_until_stable(WAIT)
+    member.close(timeout_s=5)
+    assert offsets.starts == 0 and not offsets.closed and offsets.sent == []
+
+
+def test_by_default_the_protocol_and_the_offsets_have_a_connection_each():
+    member = GroupMember(config(topics=("t",)), Recorder())
+    assert member._offsets_client is not member._client
+    assert member._offsets_client.transport is not member._client.transport
