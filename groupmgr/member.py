@@ -35,6 +35,7 @@ Every wait is bounded. Public methods are thread-safe.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Callable, Iterable, Mapping
@@ -49,6 +50,7 @@ from groupmgr.member_loop import ENDED, MemberLoop, MemberStatus
 from groupmgr.offsets import OffsetAndMetadata, commit_offsets, fetch_offsets
 
 __all__ = ["GroupMember", "MemberConfig", "RebalanceListener"]
+log = logging.getLogger(__name__)
 
 
 class GroupMember:
@@ -95,6 +97,9 @@ class GroupMember:
             self._thread = threading.Thread(target=self._loop.run, name=f"scg-member-{self.config.group_id}",
                                             daemon=True)
             self._thread.start()
+        if self._offsets_client is not self._client:
+            threading.Thread(target=self._open_offsets_connection, name=f"scg-offsets-{self.config.group_id}",
+                             daemon=True).start()
         return self
 
     def close(self, leave_group: bool | None = None, timeout_s: float = 30.0) -> None:
@@ -252,6 +257,17 @@ class GroupMember:
                                 deadline=client.deadline(timeout_s))
                 self._offsets_started = True
         return client
+
+    def _open_offsets_connection(self) -> None:
+        """Open the offsets' connection while the member joins, so the first offset request
+        (the committed offsets of its first assignment) does not wait for a bootstrap, TLS and
+        SASL handshakes and FindCoordinator. Best effort: a failure is retried at that request."""
+        timeout_s = self.config.request_timeout_ms / 1000
+        try:
+            client = self._offsets(timeout_s)
+            client.ensure_coordinator(client.deadline(timeout_s))
+        except Exception as exc:  # noqa: BLE001 - the first offset request opens it again
+            log.debug("group %s: opening the offsets connection: %s", self.config.group_id, exc)
 
     def _close_offsets_client(self) -> None:
         """Close the offsets' own connection (if it was ever opened); idempotent."""
