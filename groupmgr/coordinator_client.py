@@ -273,3 +273,49 @@ class CoordinatorClient:
             else:
                 log.debug("no metadata for topic %s (error %s)", topic.name, topic.error_code)
         return counts
+
+
+class LazilyStartedClient:
+    """A :class:`CoordinatorClient` whose transport is started by the first caller that needs it
+    (no member thread starts it): one start at a time, later callers wait for it (bounded);
+    :meth:`close` also ends a start in progress (the transport wakes its waiters). Thread-safe."""
+
+    def __init__(self, client: CoordinatorClient) -> None:
+        self.client = client
+        self._cond = threading.Condition()
+        self._state = "new"  # new -> starting -> started; any -> closed
+
+    def get(self, timeout_s: float) -> CoordinatorClient:
+        """The client, its transport started (within ``timeout_s``); raises MemberClosedError once
+        closed, CoordinatorUnreachable when the brokers cannot be reached in time."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._state != "starting", timeout_s):
+                raise CoordinatorUnreachable(f"connection still opening after {timeout_s:.1f}s")
+            if self._state == "closed":
+                raise MemberClosedError(f"client of group {self.client.group_id} is closed")
+            if self._state == "started":
+                return self.client
+            self._state = "starting"
+        started = False
+        try:
+            self.client.retrying(lambda: self.client.transport.start(min(timeout_s, self.client.request_timeout_s)),
+                                 deadline=self.client.deadline(timeout_s))
+            started = True
+        finally:
+            with self._cond:
+                if self._state == "starting":
+                    self._state = "started" if started else "new"
+                closed = self._state == "closed"
+                self._cond.notify_all()
+        if closed:
+            raise MemberClosedError(f"client of group {self.client.group_id} is closed")
+        return self.client
+
+    def close(self) -> None:
+        """Close the client if its transport was ever started (or is starting); idempotent."""
+        with self._cond:
+            opened = self._state in ("starting", "started")
+            self._state = "closed"
+            self._cond.notify_all()
+        if opened:
+            self.client.close()

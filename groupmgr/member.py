@@ -41,7 +41,7 @@ import time
 from typing import Callable, Iterable, Mapping
 
 from groupmgr.assignors import Subscription, TopicPartition
-from groupmgr.coordinator_client import CoordinatorClient, KafkaTransport, Transport
+from groupmgr.coordinator_client import CoordinatorClient, KafkaTransport, LazilyStartedClient, Transport
 from groupmgr.group_errors import MemberClosedError, StaleGenerationError
 from groupmgr.generation import Generation, MemberState
 from groupmgr.listener import ListenerDispatcher, RebalanceListener
@@ -68,11 +68,9 @@ class GroupMember:
             offsets_transport = transport or self._new_transport(config)
         transport = transport or self._new_transport(config)
         self._client = self._coordinator_client(transport, config, clock)
-        self._offsets_client = self._client if offsets_transport is transport else \
-            self._coordinator_client(offsets_transport, config, clock)
-        self._offsets_lock = threading.Lock()
-        self._offsets_started = self._offsets_client is self._client  # the member thread starts that one
-        self._offsets_closed = False
+        # None: offsets share the protocol's client (its transport is started by the member thread)
+        self._offsets_client = None if offsets_transport is transport else \
+            LazilyStartedClient(self._coordinator_client(offsets_transport, config, clock))
         self._status = MemberStatus(leave_on_close=config.group_instance_id is None, topics=config.topics)
         dispatcher = ListenerDispatcher(listener, config.group_id, config.rebalance_timeout_ms / 1000, clock)
         self._loop = MemberLoop(config, self._client, self._status, dispatcher, clock)
@@ -97,7 +95,7 @@ class GroupMember:
             self._thread = threading.Thread(target=self._loop.run, name=f"scg-member-{self.config.group_id}",
                                             daemon=True)
             self._thread.start()
-        if self._offsets_client is not self._client:
+        if self._offsets_client is not None:
             threading.Thread(target=self._open_offsets_connection, name=f"scg-offsets-{self.config.group_id}",
                              daemon=True).start()
         return self
@@ -240,23 +238,16 @@ class GroupMember:
         return fetch_offsets(self._offsets(timeout_s), self.config.group_id, partitions, timeout_s)
 
     def _offsets(self, timeout_s: float) -> CoordinatorClient:
-        """The client offset requests go through: its own connection to the coordinator, started
-        (bootstrap, then FindCoordinator) at the first request. A broker answers one connection's
-        requests in order, and a JoinGroup is answered only once every member of the group has
-        rejoined (up to the rebalance timeout), so on the protocol's connection a commit made
-        while this member rejoins would wait for the whole rebalance and then be refused for
-        its generation; on its own, a commit made while the group prepares the rebalance is
-        stored at once with the member's generation, as Kafka accepts (measured on loopback, a
-        commit during a join: 0.48 s and refused on the shared connection, 5 ms on its own)."""
-        client = self._offsets_client
-        with self._offsets_lock:
-            if self._offsets_closed:
-                raise MemberClosedError(f"member of group {self.config.group_id} is closed")
-            if not self._offsets_started:
-                client.retrying(lambda: client.transport.start(min(timeout_s, client.request_timeout_s)),
-                                deadline=client.deadline(timeout_s))
-                self._offsets_started = True
-        return client
+        """The client offset requests go through: its own connection to the coordinator, opened
+        while the member joins (:meth:`_open_offsets_connection`) or at the first request. A
+        broker answers one connection's requests in order, and a JoinGroup is answered only once
+        every member of the group has rejoined (up to the rebalance timeout), so on the protocol's
+        connection a commit made while this member rejoins would wait for the whole rebalance and
+        then be refused for its generation; on its own, a commit made while the group prepares
+        the rebalance is stored at once with the member's generation, as Kafka accepts (measured
+        on loopback, a commit during a join: 0.48 s and refused on the shared connection, 5 ms
+        and stored on its own)."""
+        return self._client if self._offsets_client is None else self._offsets_client.get(timeout_s)
 
     def _open_offsets_connection(self) -> None:
         """Open the offsets' connection while the member joins, so the first offset request
@@ -271,10 +262,7 @@ class GroupMember:
 
     def _close_offsets_client(self) -> None:
         """Close the offsets' own connection (if it was ever opened); idempotent."""
-        with self._offsets_lock:
-            closing = not self._offsets_closed and self._offsets_started and self._offsets_client is not self._client
-            self._offsets_closed = True
-        if closing:
+        if self._offsets_client is not None:
             self._offsets_client.close()
 
     def _check_running(self) -> None:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from groupmgr.coordinator_client import CoordinatorClient, KafkaTransport
+from groupmgr.coordinator_client import CoordinatorClient, KafkaTransport, LazilyStartedClient
 from groupmgr.group_errors import CoordinatorUnreachable, GroupAuthorizationFailed, MemberClosedError, NotCoordinator
 from groupmgr.generation import MemberState
 from groupmgr.member import GroupMember, MemberConfig
@@ -125,3 +125,67 @@ def test_member_close_is_bounded_while_broker_never_answers(black_hole):
     member.close(timeout_s=4)
     member._thread.join()          # without the wake-up this would be the hour: the per-test timeout
     assert member.state is MemberState.CLOSED
+
+
+class SlowToStart(FakeCoordinator):
+    """A transport whose start waits for the test (``opened``), or for close()."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.opened, self.starting, self.starts = threading.Event(), threading.Event(), 0
+        self._woken = threading.Event()
+
+    def start(self, timeout_s: float) -> None:
+        self.starts += 1
+        self.starting.set()
+        self.opened.wait(3600)
+        if self._woken.is_set():
+            raise CoordinatorUnreachable("transport closed")
+
+    def close(self) -> None:
+        super().close()
+        self._woken.set()
+        self.opened.set()
+
+
+def test_a_lazily_started_client_is_started_once_by_whoever_needs_it_first():
+    transport = SlowToStart()
+    lazy = LazilyStartedClient(CoordinatorClient(transport, "g"))
+    got: list = []
+    first = threading.Thread(target=lambda: got.append(lazy.get(60)))
+    first.start()
+    assert transport.starting.wait(10)
+    second = threading.Thread(target=lambda: got.append(lazy.get(60)))  # waits for the first start
+    second.start()
+    transport.opened.set()
+    first.join(10)
+    second.join(10)
+    assert got == [lazy.client, lazy.client] and transport.starts == 1
+
+
+def test_closing_a_lazily_started_client_ends_a_start_in_progress():
+    transport = SlowToStart()
+    lazy = LazilyStartedClient(CoordinatorClient(transport, "g"))
+    errors: list = []
+
+    def get():
+        try:
+            lazy.get(3600)
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertion
+            errors.append(exc)
+
+    worker = threading.Thread(target=get)
+    worker.start()
+    assert transport.starting.wait(10)
+    lazy.close()                      # only close() can end the start before the hour is up
+    worker.join()
+    assert [type(e) for e in errors] == [MemberClosedError]
+    with pytest.raises(MemberClosedError):
+        lazy.get(1)
+
+
+def test_a_lazily_started_client_never_started_is_not_closed():
+    transport = SlowToStart()
+    lazy = LazilyStartedClient(CoordinatorClient(transport, "g"))
+    lazy.close()
+    assert transport.starts == 0 and not transport.closed

@@ -401,5 +401,5 @@ def test_a_member_closed_before_it_started_opens_no_offsets_connection(fake):
 
 def test_by_default_the_protocol_and_the_offsets_have_a_connection_each():
     member = GroupMember(config(topics=("t",)), Recorder())
-    assert member._offsets_client is not member._client
-    assert member._offsets_client.transport is not member._client.transport
+    assert member._offsets_client.client is not member._client
+    assert member._offsets_client.client.transport is not member._client.transport
