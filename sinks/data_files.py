@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from groupmgr.core import TopicPartition
+from sinks.table_file_systems import FILE_SYSTEMS
 
 ROW_GROUP_BYTES = 64 * 1024 * 1024
 STRING_STATS_PREFIX = 32          # like delta-spark's dataSkippingStringPrefixLength
@@ -163,14 +164,11 @@ class OpenFileSet:
 
     @property
     def fs(self):
-        """The table's file system, opened with the first file: a write that keeps no row (the
-        runner's warm-up) needs neither a connection nor the table's directory to exist yet."""
+        """The table's file system, taken with the first file (a write that keeps no row, the
+        runner's warm-up, needs neither a connection nor the table's directory to exist yet) from
+        those this process keeps (:data:`sinks.table_file_systems.FILE_SYSTEMS`)."""
         if self._fs is None:
-            from deltalake.fs import DeltaStorageHandler
-            from pyarrow.fs import PyFileSystem
-
-            self._fs = PyFileSystem(DeltaStorageHandler(self.writer.table_uri,
-                                                        dict(self.writer.storage_options) or None))
+            self._fs = FILE_SYSTEMS.get(self.writer.table_uri, self.writer.storage_options)
         return self._fs
 
     def add(self, batch: pa.RecordBatch) -> None:
@@ -233,10 +231,12 @@ class _OpenFile:
             self.buffer, self.buffered = [], 0
 
     def close(self, values) -> DataFile:
+        """Write the footer and close; the file's size is what the stream wrote (no round trip to
+        the store to ask)."""
         self._flush()
         self.writer.close()
+        size = self.stream.tell()
         self.stream.close()
-        size = self.fs.get_file_info(self.path).size
         return DataFile(self.path, int(size), values, self.stats.num_records, self.stats.to_json())
 
     def abandon(self) -> None:
