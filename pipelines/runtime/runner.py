@@ -393,7 +393,7 @@ class PipelineRunner:
                 ok = False
             rehearsed.put((time.monotonic() - began, ok))
 
-        rounds = WarmUpRounds()
+        rounds = WarmUpRounds(trigger_s=(self.config.trigger.processing_time_ms or 0) / 1000)
         self.progress.note(f"warming the batch path up before joining: rehearsing batches over "
                            f"{tp.topic}-{tp.partition} until they stop getting faster (nothing written)")
         writer.rehearse(rehearsal)

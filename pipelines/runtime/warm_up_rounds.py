@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MAX_BATCHES = 12       # rehearsed batches at most, the query's first included
-MAX_SECONDS = 30.0     # ... and no new one this long after the first ended
+MAX_SECONDS = 15.0     # ... and none whose trigger would come this long after the first ended
 STALL_BATCHES = 2      # batches in a row that did not beat the best one before them: warm
 GAIN = 0.9             # "beat": faster than this fraction of the best before
 
@@ -24,10 +24,12 @@ GAIN = 0.9             # "beat": faster than this fraction of the best before
 @dataclass
 class WarmUpRounds:
     """The durations (seconds) of the rehearsed batches so far and when the first ended
-    (``time.monotonic()``). :meth:`more` is False once ``max_batches`` ran, ``max_seconds``
-    passed since the first ended, or the last ``stall_batches`` were each no faster than
-    ``gain`` × the best before them."""
+    (``time.monotonic()``). :meth:`more` is False once ``max_batches`` ran, the next batch's
+    trigger (``trigger_s``, the query's interval) would come ``max_seconds`` or more after the
+    first ended, or the last ``stall_batches`` were each no faster than ``gain`` × the best before
+    them. So a query whose trigger interval is ``max_seconds`` or longer rehearses one batch."""
 
+    trigger_s: float = 0.0
     max_batches: int = MAX_BATCHES
     max_seconds: float = MAX_SECONDS
     stall_batches: int = STALL_BATCHES
@@ -52,7 +54,7 @@ class WarmUpRounds:
         """Whether to rehearse another batch."""
         if not self.durations:
             return True
-        if len(self.durations) >= self.max_batches or now - self.first_ended >= self.max_seconds:
+        if len(self.durations) >= self.max_batches or now + self.trigger_s - self.first_ended >= self.max_seconds:
             return False
         return not self.stalled()
 

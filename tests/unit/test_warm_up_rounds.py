@@ -52,6 +52,21 @@ def test_no_batch_starts_max_seconds_after_the_first_one_ended():
     assert not rounds.more(125.0)
 
 
+def test_no_batch_whose_trigger_would_come_past_max_seconds():
+    rounds = WarmUpRounds(trigger_s=2.0, max_batches=100, max_seconds=5.0)
+    rounds.add(8.0, now=108.0)
+    assert rounds.more(110.9)                # the next trigger at about 112.9: within 5 s
+    rounds.add(1.0, now=111.0)
+    assert not rounds.more(111.0)            # ... at about 113.0: 5 s after the first ended
+
+
+def test_a_trigger_interval_past_max_seconds_rehearses_one_batch():
+    rounds = WarmUpRounds(trigger_s=60.0)
+    assert rounds.more(0.0)
+    rounds.add(3.0, now=3.0)
+    assert not rounds.more(3.0)
+
+
 def test_summary_of_none_and_of_one():
     rounds = WarmUpRounds()
     assert rounds.summary() == "no batch"
