@@ -72,7 +72,7 @@ MODES = {"eager": (None, "spark-kafka"), "cooperative": ("cooperative-sticky", "
          "follow": ("cooperative-sticky", "scg-kafka"), "follow-1": ("cooperative-sticky", "scg-kafka")}
 # mode -> Python run in its members before `scg run` (what the mode changes in the member)
 PATCHES = {"follow-1": "from pipelines.runtime import runner, warm_up_rounds; "
-                       "runner.WarmUpRounds = lambda: warm_up_rounds.WarmUpRounds(max_batches=1); "}
+                       "runner.WarmUpRounds = lambda **settings: warm_up_rounds.WarmUpRounds(**settings, max_batches=1); "}
 START_TIMEOUT_S = 420      # members started together on a loaded 2-core machine
 SETTLE_TIMEOUT_S = 240
 WRITE_TIMEOUT_S = 120
