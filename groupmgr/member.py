@@ -1,6 +1,8 @@
 """``GroupMember``: one member of a Kafka consumer group (classic protocol, eager or cooperative).
 
-``start()`` spawns one background thread that joins the group, then heartbeats every interval.
+``start()`` spawns one background thread that joins the group, then heartbeats every interval
+(and a short-lived one that opens the connection offsets use: OffsetCommit and OffsetFetch go over
+a connection of their own, so they never queue behind this member's pending JoinGroup).
 The rebalance protocol (``protocol``) follows from the configured assignors as in Kafka: cooperative
 when every one supports it (``cooperative-sticky``), else eager.
 
