@@ -37,8 +37,9 @@ Modes (``--modes``, all three by default): ``eager`` (range) and ``cooperative``
 restarted at a batch boundary when the assignment changes); ``follow`` is cooperative-sticky with
 ``source.reader: scg-kafka`` (one query per member that follows the assignment, never restarted by
 a rebalance). ``follow-1`` (not run by default) is ``follow`` with the warm-up before 2026-11-24: a
-joining member rehearses one batch, not batches until they stop getting faster. Ingest throughput of the two readers into the same sink is bench/bench_reader.py's
-(bench/results/reader.md, quoted here when it exists).
+joining member rehearses one batch, not batches until they stop getting faster. Ingest throughput
+of the two readers into the same sink is bench/bench_reader.py's (bench/results/reader.md, quoted
+here when it exists).
 
 Writes bench/results/handoff.json and bench/results/handoff.md (``--name`` changes the stem).
 

@@ -113,7 +113,7 @@ def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap
         warmed = [line for line in lines if "batch path warmed up" in line]
         assert warmed and f"read {unique_name}-0@" in warmed[0] and "in the member's query" in warmed[0], lines
         rehearsed = int(re.search(r"query, (\d+) batch", warmed[0]).group(1))
-        assert rehearsed >= 3, warmed  # until two in a row are no faster than the best before them
+        assert rehearsed >= 2, warmed  # claimed again after the first (its trigger is well within 15 s)
         assert any(f"rehearsing batches over {unique_name}-0" in line for line in lines), lines
         stopping = threading.Event()
         stopping.set()                 # a member stopped while warming up rehearses no further batch
