@@ -31,7 +31,7 @@ import pyarrow as pa  # noqa: E402
 from git_commit import short_commit  # noqa: E402
 from groupmgr.core import OffsetRange, TopicPartition  # noqa: E402
 from sinks.txn_table import TxnDeltaTable  # noqa: E402
-from tests.support.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server  # noqa: E402
+from tests.support.s3_server import S3Server  # noqa: E402
 
 SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("v", pa.string())])
 PARTITIONS = [TopicPartition("t", p) for p in range(12)]
@@ -83,9 +83,7 @@ def main() -> None:
     results["stores"]["local disk"] = summary(run_batches(local, args.batches))
     with S3Server(work / "s3") as s3:
         bucket = s3.make_bucket("bench-commit")
-        options = {"AWS_ENDPOINT_URL": s3.endpoint, "AWS_REGION": REGION, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-                   "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_ALLOW_HTTP": "true",
-                   "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false"}
+        options = s3.delta_options()
         remote = TxnDeltaTable(f"s3://{bucket}/t", "bench", SCHEMA, storage_options=options)
         results["stores"]["s3proxy (loopback)"] = summary(run_batches(remote, args.batches))
     results["wall_s"] = time.monotonic() - began

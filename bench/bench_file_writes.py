@@ -32,7 +32,7 @@ from git_commit import short_commit  # noqa: E402
 from sinks import data_files  # noqa: E402
 from sinks.data_files import DataFile, DataFileWriter  # noqa: E402
 from sinks.table_file_systems import TableFileSystems  # noqa: E402
-from tests.support.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server  # noqa: E402
+from tests.support.s3_server import S3Server  # noqa: E402
 
 SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("v", pa.string())])
 RECORDS = 200
@@ -94,9 +94,7 @@ def main() -> None:
     results["stores"]["local disk"] = summary(write_files(str(work / "local"), {}, args.files))
     with S3Server(work / "s3") as s3:
         bucket = s3.make_bucket("bench-files")
-        options = {"AWS_ENDPOINT_URL": s3.endpoint, "AWS_REGION": REGION, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-                   "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_ALLOW_HTTP": "true",
-                   "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false"}
+        options = s3.delta_options()
         results["stores"]["s3proxy (loopback)"] = summary(write_files(f"s3://{bucket}/t", options, args.files))
     results["wall_s"] = time.monotonic() - began
     out = Path(args.out)

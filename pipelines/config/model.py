@@ -197,6 +197,10 @@ class GroupConfig:
 # bound is about batch duration and retry cost more than memory: 500,000 records of 1 KB is ~500 MB
 # per batch, split across the batch's Kafka partitions (one Spark task each).
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 500_000
+# A fresh driver's batches take 20-60 s of batches to come down to a warm one's (JIT compilation,
+# measured on 2 cores with three drivers); a member that joins a group others read spends that
+# before it joins rather than in the first batches of the partitions it takes over.
+DEFAULT_WARM_UP_LIMIT_MS = 60_000
 
 
 @dataclass(frozen=True)
@@ -210,6 +214,9 @@ class SourceConfig:
     on_data_loss: str = "fail"  # fail | skip: records deleted (retention) before they were read
     reader: str = "spark-kafka"  # spark-kafka (one query per assignment) | scg-kafka (follows it, no restart)
     include_headers: bool = False  # records' headers land in column `headers` of both tables
+    # scg-kafka: how long a member joining a group that others already read rehearses batches at
+    # most before it joins (runner warm-up; pipelines.runtime.warm_up_rounds)
+    warm_up_limit_ms: int = DEFAULT_WARM_UP_LIMIT_MS
 
     def spark_options(self) -> dict[str, str]:
         """Rate-limit and header options for Spark's Kafka source (not startingOffsets: the

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from groupmgr.assignors.assignor_errors import AssignorError, UnknownAssignorError
-from pipelines.config.model import (DEFAULT_MAX_OFFSETS_PER_TRIGGER, JAVA_ONLY_CLIENT_PREFIXES,
-                                    KAFKA_COORDINATE_COLUMNS, FormatConfig,
+from pipelines.config.model import (DEFAULT_MAX_OFFSETS_PER_TRIGGER, DEFAULT_WARM_UP_LIMIT_MS,
+                                    JAVA_ONLY_CLIENT_PREFIXES, KAFKA_COORDINATE_COLUMNS, FormatConfig,
                                     GroupConfig, KafkaConfig, PipelineConfig, SecurityConfig, SinkConfig,
                                     SourceConfig, StorageConfig, TriggerConfig, UNSAFE_STORAGE_OPTIONS,
                                     is_java_only_client_setting)
@@ -56,7 +56,8 @@ GROUP_KEYS = ("id", "assignor", "instance_id", "session_timeout", "heartbeat_int
               "rebalance_timeout", "metadata_max_age", "on_server_assignment")
 ON_SERVER_ASSIGNMENT = ("warn", "fail")
 SOURCE_KEYS = ("starting_offsets", "max_offsets_per_trigger", "min_offsets_per_trigger",
-               "max_trigger_delay", "on_data_loss", "fail_on_data_loss", "reader", "include_headers")
+               "max_trigger_delay", "on_data_loss", "fail_on_data_loss", "reader", "include_headers",
+               "warm_up_limit")
 READERS = ("spark-kafka", "scg-kafka")
 ON_DATA_LOSS = ("fail", "skip")
 FORMAT_KEYS = ("type", "schema", "max_value_bytes")
@@ -392,8 +393,10 @@ def _source(ctx: Ctx, sec: Section) -> SourceConfig:
     reader = as_enum(ctx, get("reader"), sec.sub("reader"), READERS) if get("reader") else "spark-kafka"
     headers = as_bool(ctx, get("include_headers"), sec.sub("include_headers")) \
         if get("include_headers") is not None else False
+    warm_up = as_duration_ms(ctx, get("warm_up_limit"), sec.sub("warm_up_limit")) \
+        if get("warm_up_limit") else DEFAULT_WARM_UP_LIMIT_MS
     return SourceConfig(starting_offsets=starting, max_trigger_delay_ms=delay, on_data_loss=_on_data_loss(ctx, sec),
-                        reader=reader, include_headers=headers, **limits)
+                        reader=reader, include_headers=headers, warm_up_limit_ms=warm_up, **limits)
 
 
 def _check_reader_trigger(ctx: Ctx, top: Section, source: SourceConfig, trigger: TriggerConfig) -> None:

@@ -1,5 +1,6 @@
 """What the brokers say about partitions now: earliest and end offsets and the topic's ID
-(ListOffsets and DescribeTopics through one confluent-kafka AdminClient).
+(ListOffsets and DescribeTopics through one confluent-kafka AdminClient), and how many members
+a consumer group has (DescribeGroups).
 
 Each partition gets its own answer: a partition whose leader is missing, whose topic is unknown,
 or whose request timed out is reported with that condition while the others are described
@@ -11,6 +12,7 @@ topic. :meth:`BrokerProbe.current_topic_ids` asks again with backoff before it g
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -21,9 +23,12 @@ from groupmgr.kafka_faults import Backoff, classify_kafka
 from pipelines.runtime.kafka_access import SilentLogger
 from pipelines.runtime.partition_checks import PartitionLog, topic_fingerprint
 
+log = logging.getLogger(__name__)
+
 PROBE_TIMEOUT_S = 10.0
 TOPIC_IDS_PATIENCE_S = 30.0   # how long current_topic_ids asks again before it gives up
 TOPIC_IDS_BACKOFF = Backoff(initial_s=0.2, max_s=2.0)
+GROUP_PATIENCE_S = 10.0       # how long group_members asks again while the brokers answer a transient error
 # what the brokers answer for a topic that does not exist (librdkafka's names of codes 3, -188, 100)
 TOPIC_GONE = frozenset({"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC", "UNKNOWN_TOPIC_ID"})
 NO_TOPIC_ID = "TOPIC_ID_UNKNOWN"  # a describe answered the all-zero topic ID
@@ -114,6 +119,31 @@ class BrokerProbe:
         with self._lock:
             found = self._offsets(self._client(), partitions, OffsetSpec.latest(), errors, committed_only)
         return found, {tp: errors.get(tp, "PARTITION_UNAVAILABLE") for tp in partitions if tp not in found}
+
+    def group_members(self, group_id: str, patience_s: float = GROUP_PATIENCE_S,
+                      sleep: Callable[[float], None] = time.sleep,
+                      clock: Callable[[], float] = time.monotonic) -> int | None:
+        """How many members consumer group ``group_id`` has now (DescribeGroups; 0 for a group
+        that is empty or does not exist), or None when the brokers did not say: a permanent error
+        (no Describe permission on the group), or a transient one (a coordinator still loading
+        the group) that lasted ``patience_s``, asked again with :data:`TOPIC_IDS_BACKOFF`."""
+        from confluent_kafka import KafkaException
+
+        deadline, attempt = clock() + patience_s, 0
+        while True:
+            with self._lock:
+                admin = self._client()
+                try:
+                    futures = admin.describe_consumer_groups([group_id], request_timeout=self.timeout_s)
+                    return len(futures[group_id].result(self.timeout_s).members)
+                except (KafkaException, TimeoutError) as exc:  # concurrent.futures' TimeoutError is the builtin
+                    fault, condition = classify_kafka(exc), _condition(exc)
+            attempt += 1
+            delay = TOPIC_IDS_BACKOFF.delay(attempt)
+            if fault is None or not fault.transient or clock() + delay > deadline:
+                log.debug("describing group %s: %s", group_id, condition)
+                return None
+            sleep(delay)
 
     def close(self) -> None:
         """Drop the client (librdkafka closes its connections now)."""

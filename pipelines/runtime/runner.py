@@ -363,7 +363,7 @@ class PipelineRunner:
         partition: claim the last record of the first topic's partition 0 for the query alone and
         hand the batches that read it to :func:`warm_up_batch` (:meth:`BatchWriter.rehearse`:
         nothing written or committed, no offset either), claiming the then last record again
-        with a new serial after each one, until they stop getting faster
+        with a new serial after each one, for as many batches as :meth:`_warm_up_rounds` says
         (:class:`~pipelines.runtime.warm_up_rounds.WarmUpRounds`); then drop the claim
         (:meth:`_release`) and write again. The query's planner, the executors' Python readers,
         the batch path and the driver's JIT-compiled code are then warm when the first real claim
@@ -393,9 +393,9 @@ class PipelineRunner:
                 ok = False
             rehearsed.put((time.monotonic() - began, ok))
 
-        rounds = WarmUpRounds(trigger_s=(self.config.trigger.processing_time_ms or 0) / 1000)
-        self.progress.note(f"warming the batch path up before joining: rehearsing batches over "
-                           f"{tp.topic}-{tp.partition} until they stop getting faster (nothing written)")
+        rounds, why = self._warm_up_rounds()
+        self.progress.note(f"warming the batch path up before joining: {why}; rehearsing batches over "
+                           f"{tp.topic}-{tp.partition} (nothing written)")
         writer.rehearse(rehearsal)
         try:
             while record is not None and rounds.more(time.monotonic()) and not stop.is_set():
@@ -414,6 +414,21 @@ class PipelineRunner:
         if rounds.durations:
             self._note_warmed_up(started, f"{tp.topic}-{tp.partition}@{first_offset}",
                                  f" in the member's query, {rounds.summary()}")
+
+    def _warm_up_rounds(self) -> tuple[WarmUpRounds, str]:
+        """How long to rehearse, and why. While other members of the group read its partitions,
+        nothing waits for this member: it rehearses until its batches stop getting faster, for up
+        to ``source.warm_up_limit``. In a group with no member (or one the brokers did not
+        describe) nobody reads meanwhile: one batch, then it joins."""
+        trigger_s = (self.config.trigger.processing_time_ms or 0) / 1000
+        others = self.probe.group_members(self.config.group.id)
+        if not others:
+            state = "no member" if others == 0 else "members the brokers did not describe"
+            return WarmUpRounds(trigger_s=trigger_s, max_batches=1), f"the group has {state}, one batch"
+        limit_s = self.config.source.warm_up_limit_ms / 1000
+        return (WarmUpRounds(trigger_s=trigger_s, max_seconds=limit_s),
+                f"the group's {others} member(s) read its partitions meanwhile, so until the batches "
+                f"stop getting faster (at most {limit_s:g}s)")
 
     def _warm_up_record_or_none(self) -> tuple[TopicPartition, int] | None:
         """:meth:`_warm_up_record`, None when the brokers could not say."""

@@ -3,22 +3,28 @@
 A fresh driver runs its first micro-batches several times slower than a warm one: its JVM loads
 classes and compiles Spark's planning and execution paths as they are used, and the executors'
 Python workers import their modules. A partition handed over to a member that just joined waits
-for those batches (measured on 2 cores with three drivers: the joining member's first batch took
-2.3 s while the others' took 0.3-0.6 s, and its batches took 20 s to come down to theirs). So an
-``scg-kafka`` member rehearses batches in its own query before it joins (nothing is written), until
-they stop getting faster: the time this costs delays only its own join, never the group.
+for those batches. Measured on 2 cores with three drivers (the Spark job of each batch, the
+other members' taking 0.2-0.6 s): after 5 rehearsed batches the joining member's first real
+batches took 1.1-2.0 s and came down over about 40 s; after 53 rehearsed batches (73 s) its first
+took 0.43 s. The batches get faster slowly and unevenly (one in three is slower than the one
+before), so an ``scg-kafka`` member that joins a group whose partitions others read rehearses
+batches in its own query before it joins (nothing is written) until a window of them is no
+faster than the window before, or up to a time limit (``source.warm_up_limit``): the time this
+costs delays only its own join, never the group. A member whose group has no member rehearses
+one batch (nobody reads the partitions while it waits).
 
 :class:`WarmUpRounds` decides, from the durations of the rehearsed batches, whether to run another.
 Not thread safe: one per warm-up, on the runner's main thread.
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
-MAX_BATCHES = 12       # rehearsed batches at most, the query's first included
-MAX_SECONDS = 15.0     # ... and none whose trigger would come this long after the first ended
-STALL_BATCHES = 2      # batches in a row that did not beat the best one before them: warm
-GAIN = 0.9             # "beat": faster than this fraction of the best before
+MAX_BATCHES = 100      # rehearsed batches at most, the query's first included
+MAX_SECONDS = 60.0     # ... and none whose trigger would come this long after the first ended
+WINDOW = 10            # batches compared by their median with the WINDOW before them
+GAIN = 0.9             # warm once a window's median is not below this fraction of the one before
 
 
 @dataclass
@@ -26,13 +32,14 @@ class WarmUpRounds:
     """The durations (seconds) of the rehearsed batches so far and when the first ended
     (``time.monotonic()``). :meth:`more` is False once ``max_batches`` ran, the next batch's
     trigger (``trigger_s``, the query's interval) would come ``max_seconds`` or more after the
-    first ended, or the last ``stall_batches`` were each no faster than ``gain`` × the best before
-    them. So a query whose trigger interval is ``max_seconds`` or longer rehearses one batch."""
+    first ended, or the median of the last ``window`` batches is not below ``gain`` × the median
+    of the ``window`` before them (the query's first batch, which starts the JVM's work, is not
+    compared). So a query whose trigger interval is ``max_seconds`` or longer rehearses one batch."""
 
     trigger_s: float = 0.0
     max_batches: int = MAX_BATCHES
     max_seconds: float = MAX_SECONDS
-    stall_batches: int = STALL_BATCHES
+    window: int = WINDOW
     gain: float = GAIN
     durations: list[float] = field(default_factory=list)
     first_ended: float | None = None
@@ -44,11 +51,14 @@ class WarmUpRounds:
             self.first_ended = now
 
     def stalled(self) -> bool:
-        """The last ``stall_batches`` did not beat the best batch before them."""
-        if len(self.durations) <= self.stall_batches:
+        """The last ``window`` batches were, by their median, no faster than ``gain`` × the
+        ``window`` before them."""
+        compared = self.durations[1:]
+        if len(compared) < 2 * self.window:
             return False
-        best_before = min(self.durations[:-self.stall_batches])
-        return all(d > self.gain * best_before for d in self.durations[-self.stall_batches:])
+        last = statistics.median(compared[-self.window:])
+        before = statistics.median(compared[-2 * self.window:-self.window])
+        return last > self.gain * before
 
     def more(self, now: float) -> bool:
         """Whether to rehearse another batch."""

@@ -72,7 +72,8 @@ def test_a_rebalance_pauses_only_the_partitions_that_move(bootstrap, spark, tmp_
                     .replace("  heartbeat_interval: 500ms\n", "  heartbeat_interval: 500ms\n  assignor: cooperative-sticky\n"))
     following = tmp_path / "pipeline-scg-kafka.yaml"
     following.write_text(path.read_text().replace("  starting_offsets: earliest\n",
-                                                  "  starting_offsets: earliest\n  reader: scg-kafka\n"))
+                                                  "  starting_offsets: earliest\n  reader: scg-kafka\n"
+                                                  "  warm_up_limit: 15s\n"))  # the suite's time
     config = load_pipeline(path)
     assert load_pipeline(following).source.reader == "scg-kafka" and config.source.reader == "spark-kafka"
     readers = {"a": path, "b": following, "c": path, "d": following, "e": following}

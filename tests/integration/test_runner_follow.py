@@ -50,7 +50,8 @@ def test_partitions_move_between_following_queries_without_a_restart(bootstrap, 
     path = write_pipeline(tmp_path / "p.yaml", bootstrap, unique_name, unique_name, tmp_path)
     path.write_text(path.read_text()
                     .replace("  heartbeat_interval: 500ms\n", "  heartbeat_interval: 500ms\n  assignor: cooperative-sticky\n")
-                    .replace("  starting_offsets: earliest\n", "  starting_offsets: earliest\n  reader: scg-kafka\n"))
+                    .replace("  starting_offsets: earliest\n",
+                             "  starting_offsets: earliest\n  reader: scg-kafka\n  warm_up_limit: 5s\n"))
     config = load_pipeline(path)
     first = Member(config, spark)
     second = None
@@ -76,6 +77,34 @@ def test_partitions_move_between_following_queries_without_a_restart(bootstrap, 
     assert set(rows) == produced
 
 
+class GroupConsumer:
+    """A confluent-kafka consumer that is a member of ``group`` while the block runs (it has
+    joined when the block begins: its assignment arrived)."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str):
+        from confluent_kafka import Consumer
+
+        self.assigned, self.stop = threading.Event(), threading.Event()
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                                  "log_level": 0})
+        self.consumer.subscribe([topic], on_assign=lambda consumer, partitions: self.assigned.set())
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self.stop.is_set():
+            self.consumer.poll(0.2)
+
+    def __enter__(self) -> "GroupConsumer":
+        self.thread.start()
+        assert self.assigned.wait(60), "the consumer did not join its group"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        self.consumer.close()
+
+
 def _wait(predicate, timeout_s):
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -85,15 +114,17 @@ def _wait(predicate, timeout_s):
 
 def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap, spark, tmp_path, unique_name):
     """Before joining, the scg-kafka member's own query reads the last record of partition 0 under
-    a claim of its own and hands the batches to the batch path without writing them, claiming it
-    again until they stop getting faster: no data file, no table version, no Kafka commit; the
-    claim is dropped and the same query goes on. Its later claim of that partition reads every
-    record from the start, exactly once."""
+    a claim of its own and hands the batches to the batch path without writing them: one batch
+    while its group has no member; while another member is in the group, claimed again after each
+    one until they stop getting faster or ``source.warm_up_limit`` is reached. No data file, no
+    table version, no Kafka commit; the claim is dropped and the same query goes on. Its later
+    claim of that partition reads every record from the start, exactly once."""
     create_topic(bootstrap, unique_name, 2)
     produced = produce(bootstrap, unique_name, json_events(40))
     path = write_pipeline(tmp_path / "p.yaml", bootstrap, unique_name, unique_name, tmp_path)
     path.write_text(path.read_text().replace("  starting_offsets: earliest\n",
-                                             "  starting_offsets: earliest\n  reader: scg-kafka\n"))
+                                             "  starting_offsets: earliest\n  reader: scg-kafka\n"
+                                             "  warm_up_limit: 4s\n"))
     config = load_pipeline(path)
     partitions = [TopicPartition(unique_name, p) for p in range(2)]
     lines, members = [], []
@@ -102,6 +133,9 @@ def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap
         members.append(StaticMember(listener, partitions))
         return members[-1]
 
+    def warmed_lines():
+        return [line for line in lines if "batch path warmed up" in line]
+
     runner = PipelineRunner(config, spark, member_factory=factory, out=lines.append)
     tables = [Path(config.sink.path), Path(config.sink.dead_letter_path)]
     before = {t: sorted(p.relative_to(t) for p in t.rglob("*")) for t in tables}
@@ -109,16 +143,21 @@ def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap
         with runner._lock:
             runner._start_following_query()
         query_id = runner._query.id
-        runner._warm_up_in_query()
-        warmed = [line for line in lines if "batch path warmed up" in line]
-        assert warmed and f"read {unique_name}-0@" in warmed[0] and "in the member's query" in warmed[0], lines
-        rehearsed = int(re.search(r"query, (\d+) batch", warmed[0]).group(1))
-        assert rehearsed >= 2, warmed  # claimed again after the first (its trigger is well within 15 s)
-        assert any(f"rehearsing batches over {unique_name}-0" in line for line in lines), lines
+        runner._warm_up_in_query()     # the group has no member (the static member never joins it)
+        assert any(f"the group has no member, one batch; rehearsing batches over {unique_name}-0" in line
+                   for line in lines), lines
+        assert len(warmed_lines()) == 1 and "query, 1 batch," in warmed_lines()[0], lines
+        assert f"read {unique_name}-0@" in warmed_lines()[0] and "in the member's query" in warmed_lines()[0]
+        with GroupConsumer(bootstrap, config.group.id, unique_name):  # another member reads meanwhile
+            runner._warm_up_in_query()
+        assert any("the group's 1 member(s) read its partitions meanwhile" in line and "at most 4s" in line
+                   for line in lines), lines
+        rehearsed = int(re.search(r"query, (\d+) batch", warmed_lines()[1]).group(1))
+        assert rehearsed >= 2, warmed_lines()  # claimed again after the first (its trigger is well within 4 s)
         stopping = threading.Event()
         stopping.set()                 # a member stopped while warming up rehearses no further batch
         runner._warm_up_in_query(stopping)
-        assert [line for line in lines if "batch path warmed up" in line] == warmed
+        assert len(warmed_lines()) == 2
         assert {t: sorted(p.relative_to(t) for p in t.rglob("*")) for t in tables} == before
         assert members[0].commits == [] and runner._claims == {}
         assert runner._query.isActive and runner._query.id == query_id

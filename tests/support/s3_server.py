@@ -73,6 +73,13 @@ class S3Server:
                  f'  secret_access_key: "${{{secret_var}}}"']
         return "".join(f"{line}\n" for line in lines)
 
+    def delta_options(self) -> dict[str, str]:
+        """deltalake storage options for this server (plain HTTP, path-style requests), for code
+        that opens a table directly rather than through a pipeline's ``storage:`` section."""
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_REGION": REGION, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+                "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_ALLOW_HTTP": "true",
+                "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false"}
+
     @staticmethod
     def credentials_env(key_var: str = "SCG_S3_ACCESS_KEY", secret_var: str = "SCG_S3_SECRET_KEY",
                         secret: str = SECRET_KEY) -> dict[str, str]:

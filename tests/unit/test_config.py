@@ -182,6 +182,11 @@ def test_enums_are_case_insensitive_and_canonicalised(tmp_path: Path):
     assert config.source.starting_offsets == "latest"
 
 
+def test_source_warm_up_limit(tmp_path: Path):
+    assert load(tmp_path).source.warm_up_limit_ms == 60_000
+    assert load(tmp_path, source={"reader": "scg-kafka", "warm_up_limit": "15s"}).source.warm_up_limit_ms == 15_000
+
+
 def test_source_limits_and_spark_options(tmp_path: Path):
     config = load(tmp_path, source={"max_offsets_per_trigger": 5000, "min_offsets_per_trigger": 100,
                                     "fail_on_data_loss": False, "starting_offsets": "error"})

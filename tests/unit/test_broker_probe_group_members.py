@@ -1,0 +1,62 @@
+"""BrokerProbe.group_members: how many members a group has, asked again while the coordinator
+answers a transient error, None when the brokers do not say (pure unit: a scripted AdminClient,
+confluent-kafka's own error type)."""
+from __future__ import annotations
+
+from concurrent.futures import Future
+from types import SimpleNamespace
+
+from confluent_kafka import KafkaError, KafkaException
+
+from pipelines.runtime.broker_probe import BrokerProbe
+
+
+class ScriptedAdmin:
+    """Answers describe_consumer_groups from a script: a member count or a KafkaError per call."""
+
+    def __init__(self, answers: list):
+        self.answers, self.calls = list(answers), 0
+
+    def describe_consumer_groups(self, groups, request_timeout):
+        self.calls += 1
+        answer, future = self.answers.pop(0), Future()
+        if isinstance(answer, KafkaError):
+            future.set_exception(KafkaException(answer))
+        else:
+            future.set_result(SimpleNamespace(members=[object()] * answer))
+        return {groups[0]: future}
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _members(admin: ScriptedAdmin, patience_s: float = 10.0) -> int | None:
+    clock = FakeClock()
+    probe = BrokerProbe({"bootstrap.servers": "unused:9092"}, admin_factory=lambda config: admin)
+    return probe.group_members("g", patience_s=patience_s, sleep=clock.sleep, clock=lambda: clock.now)
+
+
+def test_the_members_are_counted():
+    assert _members(ScriptedAdmin([3])) == 3
+    assert _members(ScriptedAdmin([0])) == 0
+
+
+def test_a_coordinator_still_loading_is_asked_again():
+    admin = ScriptedAdmin([KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS),
+                           KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE), 2])
+    assert _members(admin) == 2 and admin.calls == 3
+
+
+def test_a_transient_error_past_the_patience_is_none():
+    admin = ScriptedAdmin([KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)] * 50)
+    assert _members(admin, patience_s=1.0) is None and 1 < admin.calls < 50
+
+
+def test_a_permanent_error_is_none_at_once():
+    admin = ScriptedAdmin([KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED), 2])
+    assert _members(admin) is None and admin.calls == 1
