@@ -36,8 +36,9 @@ Modes (``--modes``, all three by default): ``eager`` (range) and ``cooperative``
 (cooperative-sticky) read with Spark's own Kafka source (one query per assignment of the member,
 restarted at a batch boundary when the assignment changes); ``follow`` is cooperative-sticky with
 ``source.reader: scg-kafka`` (one query per member that follows the assignment, never restarted by
-a rebalance). ``follow-1`` (not run by default) is ``follow`` with the warm-up before 2026-11-24: a
-joining member rehearses one batch, not batches until they stop getting faster. Ingest throughput
+a rebalance). ``follow-1`` (not run by default) is ``follow`` with a one-batch warm-up (before
+2026-11-24): a joining member rehearses one batch, not batches until they stop getting faster
+(up to ``source.warm_up_limit``, 60 s, when the group has members). Ingest throughput
 of the two readers into the same sink is bench/bench_reader.py's (bench/results/reader.md, quoted
 here when it exists).
 
@@ -73,7 +74,8 @@ MODES = {"eager": (None, "spark-kafka"), "cooperative": ("cooperative-sticky", "
          "follow": ("cooperative-sticky", "scg-kafka"), "follow-1": ("cooperative-sticky", "scg-kafka")}
 # mode -> Python run in its members before `scg run` (what the mode changes in the member)
 PATCHES = {"follow-1": "from pipelines.runtime import runner, warm_up_rounds; "
-                       "runner.WarmUpRounds = lambda **settings: warm_up_rounds.WarmUpRounds(**settings, max_batches=1); "}
+                       "runner.WarmUpRounds = lambda **settings: "
+                       "warm_up_rounds.WarmUpRounds(**{**settings, 'max_batches': 1}); "}
 START_TIMEOUT_S = 420      # members started together on a loaded 2-core machine
 SETTLE_TIMEOUT_S = 240
 WRITE_TIMEOUT_S = 120
