@@ -122,9 +122,10 @@ class BrokerProbe:
 
     def group_members(self, group_id: str, patience_s: float = GROUP_PATIENCE_S,
                       sleep: Callable[[float], None] = time.sleep,
-                      clock: Callable[[], float] = time.monotonic) -> int | None:
-        """How many members consumer group ``group_id`` has now (DescribeGroups; 0 for a group
-        that is empty or does not exist), or None when the brokers did not say: a permanent error
+                      clock: Callable[[], float] = time.monotonic) -> tuple[str | None, ...] | None:
+        """The members consumer group ``group_id`` has now, as their ``group.instance.id`` (None
+        for a dynamic member; DescribeGroups; none for a group that is empty or does not exist),
+        or None when the brokers did not say: a permanent error
         (no Describe permission on the group), or a transient one (a coordinator still loading
         the group) that lasted ``patience_s``, asked again with :data:`TOPIC_IDS_BACKOFF`."""
         from confluent_kafka import KafkaException
@@ -135,7 +136,8 @@ class BrokerProbe:
                 admin = self._client()
                 try:
                     futures = admin.describe_consumer_groups([group_id], request_timeout=self.timeout_s)
-                    return len(futures[group_id].result(self.timeout_s).members)
+                    members = futures[group_id].result(self.timeout_s).members
+                    return tuple(m.group_instance_id for m in members)
                 except (KafkaException, TimeoutError) as exc:  # concurrent.futures' TimeoutError is the builtin
                     fault, condition = classify_kafka(exc), _condition(exc)
             attempt += 1

@@ -394,7 +394,7 @@ class PipelineRunner:
             rehearsed.put((time.monotonic() - began, ok))
 
         rounds, why = self._warm_up_rounds()
-        self.progress.note(f"warming the batch path up before joining: {why}; rehearsing batches over "
+        self.progress.note(f"warming the batch path up before joining ({why}): rehearsing batches over "
                            f"{tp.topic}-{tp.partition} (nothing written)")
         writer.rehearse(rehearsal)
         try:
@@ -418,17 +418,22 @@ class PipelineRunner:
     def _warm_up_rounds(self) -> tuple[WarmUpRounds, str]:
         """How long to rehearse, and why. While other members of the group read its partitions,
         nothing waits for this member: it rehearses until its batches stop getting faster, for up
-        to ``source.warm_up_limit``. In a group with no member (or one the brokers did not
-        describe) nobody reads meanwhile: one batch, then it joins."""
+        to ``source.warm_up_limit``. One batch, then it joins, when nobody reads meanwhile: a
+        group with no member (or that the brokers did not describe), or one where this member's
+        ``group.instance.id`` is still a member (a static member restarting within its session
+        timeout: its partitions wait for it, nobody else is given them)."""
         trigger_s = (self.config.trigger.processing_time_ms or 0) / 1000
-        others = self.probe.group_members(self.config.group.id)
-        if not others:
-            state = "no member" if others == 0 else "members the brokers did not describe"
-            return WarmUpRounds(trigger_s=trigger_s, max_batches=1), f"the group has {state}, one batch"
+        members = self.probe.group_members(self.config.group.id)
+        instance_id = self.config.group.instance_id
+        if not members or (instance_id is not None and instance_id in members):
+            why = ("the brokers did not describe the group" if members is None
+                   else "the group has no member" if not members
+                   else f"this member's instance id {instance_id!r} still holds its partitions")
+            return WarmUpRounds(trigger_s=trigger_s, max_batches=1), f"{why}: one batch"
         limit_s = self.config.source.warm_up_limit_ms / 1000
         return (WarmUpRounds(trigger_s=trigger_s, max_seconds=limit_s),
-                f"the group's {others} member(s) read its partitions meanwhile, so until the batches "
-                f"stop getting faster (at most {limit_s:g}s)")
+                f"the group's {len(members)} member(s) read its partitions meanwhile: until the batches "
+                f"stop getting faster, at most {limit_s:g}s")
 
     def _warm_up_record_or_none(self) -> tuple[TopicPartition, int] | None:
         """:meth:`_warm_up_record`, None when the brokers could not say."""

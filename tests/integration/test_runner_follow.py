@@ -144,13 +144,13 @@ def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap
             runner._start_following_query()
         query_id = runner._query.id
         runner._warm_up_in_query()     # the group has no member (the static member never joins it)
-        assert any(f"the group has no member, one batch; rehearsing batches over {unique_name}-0" in line
+        assert any(f"(the group has no member: one batch): rehearsing batches over {unique_name}-0" in line
                    for line in lines), lines
         assert len(warmed_lines()) == 1 and "query, 1 batch," in warmed_lines()[0], lines
         assert f"read {unique_name}-0@" in warmed_lines()[0] and "in the member's query" in warmed_lines()[0]
         with GroupConsumer(bootstrap, config.group.id, unique_name):  # another member reads meanwhile
             runner._warm_up_in_query()
-        assert any("the group's 1 member(s) read its partitions meanwhile" in line and "at most 4s" in line
+        assert any("the group's 1 member(s) read its partitions meanwhile" in line and "at most 4s)" in line
                    for line in lines), lines
         rehearsed = int(re.search(r"query, (\d+) batch", warmed_lines()[1]).group(1))
         assert rehearsed >= 2, warmed_lines()  # claimed again after the first (its trigger is well within 4 s)

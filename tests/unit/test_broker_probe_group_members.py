@@ -1,6 +1,6 @@
-"""BrokerProbe.group_members: how many members a group has, asked again while the coordinator
-answers a transient error, None when the brokers do not say (pure unit: a scripted AdminClient,
-confluent-kafka's own error type)."""
+"""BrokerProbe.group_members: which members a group has (their group.instance.id), asked again
+while the coordinator answers a transient error, None when the brokers do not say (pure unit: a
+scripted AdminClient, confluent-kafka's own error type)."""
 from __future__ import annotations
 
 from concurrent.futures import Future
@@ -12,7 +12,7 @@ from pipelines.runtime.broker_probe import BrokerProbe
 
 
 class ScriptedAdmin:
-    """Answers describe_consumer_groups from a script: a member count or a KafkaError per call."""
+    """Answers describe_consumer_groups from a script: the members' instance ids or a KafkaError per call."""
 
     def __init__(self, answers: list):
         self.answers, self.calls = list(answers), 0
@@ -23,7 +23,7 @@ class ScriptedAdmin:
         if isinstance(answer, KafkaError):
             future.set_exception(KafkaException(answer))
         else:
-            future.set_result(SimpleNamespace(members=[object()] * answer))
+            future.set_result(SimpleNamespace(members=[SimpleNamespace(group_instance_id=i) for i in answer]))
         return {groups[0]: future}
 
 
@@ -35,21 +35,21 @@ class FakeClock:
         self.now += seconds
 
 
-def _members(admin: ScriptedAdmin, patience_s: float = 10.0) -> int | None:
+def _members(admin: ScriptedAdmin, patience_s: float = 10.0):
     clock = FakeClock()
     probe = BrokerProbe({"bootstrap.servers": "unused:9092"}, admin_factory=lambda config: admin)
     return probe.group_members("g", patience_s=patience_s, sleep=clock.sleep, clock=lambda: clock.now)
 
 
-def test_the_members_are_counted():
-    assert _members(ScriptedAdmin([3])) == 3
-    assert _members(ScriptedAdmin([0])) == 0
+def test_the_members_are_listed_by_instance_id():
+    assert _members(ScriptedAdmin([(None, "static-b", None)])) == (None, "static-b", None)
+    assert _members(ScriptedAdmin([()])) == ()
 
 
 def test_a_coordinator_still_loading_is_asked_again():
     admin = ScriptedAdmin([KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS),
-                           KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE), 2])
-    assert _members(admin) == 2 and admin.calls == 3
+                           KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE), (None, None)])
+    assert _members(admin) == (None, None) and admin.calls == 3
 
 
 def test_a_transient_error_past_the_patience_is_none():
@@ -58,5 +58,5 @@ def test_a_transient_error_past_the_patience_is_none():
 
 
 def test_a_permanent_error_is_none_at_once():
-    admin = ScriptedAdmin([KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED), 2])
+    admin = ScriptedAdmin([KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED), (None,)])
     assert _members(admin) is None and admin.calls == 1
