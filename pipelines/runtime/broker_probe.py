@@ -1,6 +1,6 @@
 """What the brokers say about partitions now: earliest and end offsets and the topic's ID
-(ListOffsets and DescribeTopics through one confluent-kafka AdminClient), and how many members
-a consumer group has (DescribeGroups).
+(ListOffsets and DescribeTopics through one confluent-kafka AdminClient), and a consumer group's
+members (DescribeGroups) and backlog (OffsetFetch).
 
 Each partition gets its own answer: a partition whose leader is missing, whose topic is unknown,
 or whose request timed out is reported with that condition while the others are described
@@ -146,6 +146,26 @@ class BrokerProbe:
                 log.debug("describing group %s: %s", group_id, condition)
                 return None
             sleep(delay)
+
+    def group_backlog(self, group_id: str) -> int | None:
+        """How many records consumer group ``group_id``'s committed offsets are behind the log
+        ends (OffsetFetch and ListOffsets; a partition without a committed offset, or whose log
+        end the brokers did not answer, counts 0), or None when the brokers did not give the
+        committed offsets."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+
+        with self._lock:
+            admin = self._client()
+            try:
+                futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id)],
+                                                            request_timeout=self.timeout_s)
+                listed = futures[group_id].result(self.timeout_s).topic_partitions or []
+            except (KafkaException, TimeoutError) as exc:  # concurrent.futures' TimeoutError is the builtin
+                log.debug("committed offsets of group %s: %s", group_id, _condition(exc))
+                return None
+        committed = {TopicPartition(tp.topic, tp.partition): tp.offset for tp in listed if tp.offset >= 0}
+        ends = self.log_ends(committed)[0]
+        return sum(max(0, ends[tp] - offset) for tp, offset in committed.items() if tp in ends)
 
     def close(self) -> None:
         """Drop the client (librdkafka closes its connections now)."""

@@ -421,7 +421,10 @@ class PipelineRunner:
         to ``source.warm_up_limit``. One batch, then it joins, when nobody reads meanwhile: a
         group with no member (or that the brokers did not describe), or one where this member's
         ``group.instance.id`` is still a member (a static member restarting within its session
-        timeout: its partitions wait for it, nobody else is given them)."""
+        timeout: its partitions wait for it, nobody else is given them); and when the group's
+        committed offsets are more records behind than one batch reads
+        (``source.max_offsets_per_trigger``): members started together over a backlog share it
+        at once rather than after a minute."""
         trigger_s = (self.config.trigger.processing_time_ms or 0) / 1000
         members = self.probe.group_members(self.config.group.id)
         instance_id = self.config.group.instance_id
@@ -430,6 +433,11 @@ class PipelineRunner:
                    else "the group has no member" if not members
                    else f"this member's instance id {instance_id!r} still holds its partitions")
             return WarmUpRounds(trigger_s=trigger_s, max_batches=1), f"{why}: one batch"
+        backlog, per_batch = self.probe.group_backlog(self.config.group.id), self.config.source.max_offsets_per_trigger
+        if backlog is not None and backlog > per_batch:
+            return (WarmUpRounds(trigger_s=trigger_s, max_batches=1),
+                    f"the group is {backlog:,} records behind, more than a batch reads ({per_batch:,}): "
+                    f"one batch, to share them sooner")
         limit_s = self.config.source.warm_up_limit_ms / 1000
         return (WarmUpRounds(trigger_s=trigger_s, max_seconds=limit_s),
                 f"the group's {len(members)} member(s) read its partitions meanwhile: until the batches "

@@ -99,6 +99,19 @@ class GroupConsumer:
         assert self.assigned.wait(60), "the consumer did not join its group"
         return self
 
+    def commit(self, offsets: dict) -> None:
+        """Commit ``offsets`` ({TopicPartition: offset}) for the group, synchronously (with the
+        poll loop paused: a poll in another thread would take the commit's result from it)."""
+        from confluent_kafka import TopicPartition as CKTopicPartition
+
+        self.stop.set()
+        self.thread.join(10)
+        self.consumer.commit(offsets=[CKTopicPartition(tp.topic, tp.partition, offset) for tp, offset in offsets.items()],
+                             asynchronous=False)
+        self.stop.clear()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
     def __exit__(self, *exc) -> None:
         self.stop.set()
         self.thread.join(10)
@@ -116,7 +129,8 @@ def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap
     """Before joining, the scg-kafka member's own query reads the last record of partition 0 under
     a claim of its own and hands the batches to the batch path without writing them: one batch
     while its group has no member; while another member is in the group, claimed again after each
-    one until they stop getting faster or ``source.warm_up_limit`` is reached. No data file, no
+    one until they stop getting faster or ``source.warm_up_limit`` is reached, unless the group's
+    committed offsets are more than a batch behind (one batch, to share them). No data file, no
     table version, no Kafka commit; the claim is dropped and the same query goes on. Its later
     claim of that partition reads every record from the start, exactly once."""
     create_topic(bootstrap, unique_name, 2)
@@ -124,7 +138,7 @@ def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap
     path = write_pipeline(tmp_path / "p.yaml", bootstrap, unique_name, unique_name, tmp_path)
     path.write_text(path.read_text().replace("  starting_offsets: earliest\n",
                                              "  starting_offsets: earliest\n  reader: scg-kafka\n"
-                                             "  warm_up_limit: 4s\n"))
+                                             "  warm_up_limit: 4s\n  max_offsets_per_trigger: 10\n"))
     config = load_pipeline(path)
     partitions = [TopicPartition(unique_name, p) for p in range(2)]
     lines, members = [], []
@@ -148,16 +162,21 @@ def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap
                    for line in lines), lines
         assert len(warmed_lines()) == 1 and "query, 1 batch," in warmed_lines()[0], lines
         assert f"read {unique_name}-0@" in warmed_lines()[0] and "in the member's query" in warmed_lines()[0]
-        with GroupConsumer(bootstrap, config.group.id, unique_name):  # another member reads meanwhile
+        with GroupConsumer(bootstrap, config.group.id, unique_name) as consumer:  # another member reads
             runner._warm_up_in_query()
-        assert any("the group's 1 member(s) read its partitions meanwhile" in line and "at most 4s)" in line
-                   for line in lines), lines
-        rehearsed = int(re.search(r"query, (\d+) batch", warmed_lines()[1]).group(1))
-        assert rehearsed >= 2, warmed_lines()  # claimed again after the first (its trigger is well within 4 s)
+            assert any("the group's 1 member(s) read its partitions meanwhile" in line and "at most 4s)" in line
+                       for line in lines), lines
+            rehearsed = int(re.search(r"query, (\d+) batch", warmed_lines()[1]).group(1))
+            assert rehearsed >= 2, warmed_lines()  # claimed again after the first (its trigger is well within 4 s)
+            consumer.commit({p: 0 for p in partitions})  # 40 records behind, more than one batch reads (10)
+            runner._warm_up_in_query()
+            assert any("the group is 40 records behind, more than a batch reads (10): one batch" in line
+                       for line in lines), lines
+            assert "query, 1 batch," in warmed_lines()[2], warmed_lines()
         stopping = threading.Event()
         stopping.set()                 # a member stopped while warming up rehearses no further batch
         runner._warm_up_in_query(stopping)
-        assert len(warmed_lines()) == 2
+        assert len(warmed_lines()) == 3
         assert {t: sorted(p.relative_to(t) for p in t.rglob("*")) for t in tables} == before
         assert members[0].commits == [] and runner._claims == {}
         assert runner._query.isActive and runner._query.id == query_id

@@ -1,12 +1,13 @@
 """BrokerProbe.group_members: which members a group has (their group.instance.id), asked again
-while the coordinator answers a transient error, None when the brokers do not say (pure unit: a
-scripted AdminClient, confluent-kafka's own error type)."""
+while the coordinator answers a transient error, None when the brokers do not say; and
+group_backlog: how far its committed offsets are behind the log ends (pure unit: a scripted
+AdminClient, confluent-kafka's own error and TopicPartition types)."""
 from __future__ import annotations
 
 from concurrent.futures import Future
 from types import SimpleNamespace
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition as CKTopicPartition
 
 from pipelines.runtime.broker_probe import BrokerProbe
 
@@ -60,3 +61,41 @@ def test_a_transient_error_past_the_patience_is_none():
 def test_a_permanent_error_is_none_at_once():
     admin = ScriptedAdmin([KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED), (None,)])
     assert _members(admin) is None and admin.calls == 1
+
+
+class OffsetsAdmin:
+    """Answers list_consumer_group_offsets (committed offsets, -1001 for none) and list_offsets (log ends)."""
+
+    def __init__(self, committed, ends, fail: KafkaError | None = None):
+        self.committed, self.ends, self.fail = committed, ends, fail
+
+    def list_consumer_group_offsets(self, request, request_timeout):
+        future = Future()
+        if self.fail is not None:
+            future.set_exception(KafkaException(self.fail))
+        else:
+            future.set_result(SimpleNamespace(topic_partitions=[
+                CKTopicPartition(t, p, offset) for (t, p), offset in self.committed.items()]))
+        return {request[0].group_id: future}
+
+    def list_offsets(self, requests, isolation_level=None, request_timeout=None):
+        futures = {}
+        for tp in requests:
+            future = Future()
+            future.set_result(SimpleNamespace(offset=self.ends[(tp.topic, tp.partition)]))
+            futures[tp] = future
+        return futures
+
+
+def _backlog(admin: OffsetsAdmin):
+    return BrokerProbe({"bootstrap.servers": "unused:9092"}, admin_factory=lambda config: admin).group_backlog("g")
+
+
+def test_the_backlog_is_what_the_committed_offsets_are_behind():
+    admin = OffsetsAdmin({("t", 0): 10, ("t", 1): 95, ("t", 2): -1001}, {("t", 0): 110, ("t", 1): 100, ("t", 2): 7})
+    assert _backlog(admin) == 105   # 100 + 5; partition 2 has no committed offset
+
+
+def test_a_backlog_the_brokers_did_not_give_is_none():
+    assert _backlog(OffsetsAdmin({}, {}, fail=KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))) is None
+    assert _backlog(OffsetsAdmin({}, {})) == 0
