@@ -215,7 +215,7 @@ class SourceConfig:
     reader: str = "spark-kafka"  # spark-kafka (one query per assignment) | scg-kafka (follows it, no restart)
     include_headers: bool = False  # records' headers land in column `headers` of both tables
     # scg-kafka: how long a member joining a group that others already read rehearses batches at
-    # most before it joins (runner warm-up; pipelines.runtime.warm_up_rounds)
+    # most before it joins (runner warm-up; pipelines.runtime.warm_up_rounds); 0: one batch
     warm_up_limit_ms: int = DEFAULT_WARM_UP_LIMIT_MS
 
     def spark_options(self) -> dict[str, str]:

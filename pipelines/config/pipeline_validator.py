@@ -59,6 +59,7 @@ SOURCE_KEYS = ("starting_offsets", "max_offsets_per_trigger", "min_offsets_per_t
                "max_trigger_delay", "on_data_loss", "fail_on_data_loss", "reader", "include_headers",
                "warm_up_limit")
 READERS = ("spark-kafka", "scg-kafka")
+ZERO_DURATION = re.compile(r"0+\s*(ms|s|m|h|d)?")
 ON_DATA_LOSS = ("fail", "skip")
 FORMAT_KEYS = ("type", "schema", "max_value_bytes")
 SINK_KEYS = ("path", "partition_by", "dead_letter_path")
@@ -108,6 +109,7 @@ def validate_pipeline(root: Node | None, file: str, source_file: Path, env: Mapp
     sink = _sink(ctx, top, fmt, transform)
     trigger = _trigger(ctx, top.section("trigger", TRIGGER_KEYS))
     _check_reader_trigger(ctx, top, source, trigger)
+    _check_reader_warm_up(ctx, top, source)
     _check_field_names(ctx, top, source, fmt)
     checkpoint_root = _checkpoint_root(ctx, top, sink)
     spark = settings_map(ctx, top.get("spark"), "spark")
@@ -393,10 +395,27 @@ def _source(ctx: Ctx, sec: Section) -> SourceConfig:
     reader = as_enum(ctx, get("reader"), sec.sub("reader"), READERS) if get("reader") else "spark-kafka"
     headers = as_bool(ctx, get("include_headers"), sec.sub("include_headers")) \
         if get("include_headers") is not None else False
-    warm_up = as_duration_ms(ctx, get("warm_up_limit"), sec.sub("warm_up_limit")) \
-        if get("warm_up_limit") else DEFAULT_WARM_UP_LIMIT_MS
     return SourceConfig(starting_offsets=starting, max_trigger_delay_ms=delay, on_data_loss=_on_data_loss(ctx, sec),
-                        reader=reader, include_headers=headers, warm_up_limit_ms=warm_up, **limits)
+                        reader=reader, include_headers=headers, warm_up_limit_ms=_warm_up_limit(ctx, sec), **limits)
+
+
+def _warm_up_limit(ctx: Ctx, sec: Section) -> int:
+    """``source.warm_up_limit``: a duration, or 0 (``0s``): rehearse one batch, never longer."""
+    node = sec.get("warm_up_limit")
+    if node is None:
+        return DEFAULT_WARM_UP_LIMIT_MS
+    if node.kind == "scalar" and ZERO_DURATION.fullmatch(str(node.text).strip()):
+        return 0
+    return as_duration_ms(ctx, node, sec.sub("warm_up_limit"))
+
+
+def _check_reader_warm_up(ctx: Ctx, top: Section, source: SourceConfig) -> None:
+    """``source.warm_up_limit`` bounds the scg-kafka reader's warm-up; Spark's Kafka source warms
+    up with one batch of its own, so the setting would do nothing there."""
+    if source.reader != "scg-kafka" and top.section("source", SOURCE_KEYS).get("warm_up_limit") is not None:
+        ctx.fail(*top.section("source", SOURCE_KEYS).line_of("warm_up_limit"), C.CONFLICTING_FIELDS,
+                 "warm_up_limit applies to reader scg-kafka only; remove it or set source.reader: scg-kafka",
+                 fields=("source.warm_up_limit", "source.reader"))
 
 
 def _check_reader_trigger(ctx: Ctx, top: Section, source: SourceConfig, trigger: TriggerConfig) -> None:

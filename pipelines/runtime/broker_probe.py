@@ -121,13 +121,14 @@ class BrokerProbe:
         return found, {tp: errors.get(tp, "PARTITION_UNAVAILABLE") for tp in partitions if tp not in found}
 
     def group_members(self, group_id: str, patience_s: float = GROUP_PATIENCE_S,
-                      sleep: Callable[[float], None] = time.sleep,
+                      sleep: Callable[[float], object] = time.sleep,
                       clock: Callable[[], float] = time.monotonic) -> tuple[str | None, ...] | None:
         """The members consumer group ``group_id`` has now, as their ``group.instance.id`` (None
         for a dynamic member; DescribeGroups; none for a group that is empty or does not exist),
-        or None when the brokers did not say: a permanent error
-        (no Describe permission on the group), or a transient one (a coordinator still loading
-        the group) that lasted ``patience_s``, asked again with :data:`TOPIC_IDS_BACKOFF`."""
+        or None when the brokers did not say: a permanent error (no Describe permission on the
+        group), or a transient one (a coordinator still loading the group) that lasted
+        ``patience_s``, asked again with :data:`TOPIC_IDS_BACKOFF` (a ``sleep`` that returns true,
+        such as a set Event's ``wait``, ends the asking)."""
         from confluent_kafka import KafkaException
 
         deadline, attempt = clock() + patience_s, 0
@@ -140,18 +141,20 @@ class BrokerProbe:
                     return tuple(m.group_instance_id for m in members)
                 except (KafkaException, TimeoutError) as exc:  # concurrent.futures' TimeoutError is the builtin
                     fault, condition = classify_kafka(exc), _condition(exc)
+            if condition == "GROUP_ID_NOT_FOUND":  # DescribeGroups v6+ (KIP-1043) for a group that does not exist
+                return ()
             attempt += 1
             delay = TOPIC_IDS_BACKOFF.delay(attempt)
-            if fault is None or not fault.transient or clock() + delay > deadline:
+            if fault is None or not fault.transient or clock() + delay > deadline or sleep(delay):
                 log.debug("describing group %s: %s", group_id, condition)
                 return None
-            sleep(delay)
 
-    def group_backlog(self, group_id: str) -> int | None:
-        """How many records consumer group ``group_id``'s committed offsets are behind the log
-        ends (OffsetFetch and ListOffsets; a partition without a committed offset, or whose log
-        end the brokers did not answer, counts 0), or None when the brokers did not give the
-        committed offsets."""
+    def group_backlog(self, group_id: str, topics: Iterable[str] | None = None) -> int | None:
+        """How many records consumer group ``group_id``'s committed offsets (of ``topics`` only,
+        when given) are behind the log ends (OffsetFetch and ListOffsets; a partition whose log
+        end the brokers did not answer counts 0). None when that is unknown: the brokers did not
+        give the committed offsets, or there is none (a new group: its backlog is whatever
+        ``starting_offsets`` makes of the logs)."""
         from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
 
         with self._lock:
@@ -163,7 +166,11 @@ class BrokerProbe:
             except (KafkaException, TimeoutError) as exc:  # concurrent.futures' TimeoutError is the builtin
                 log.debug("committed offsets of group %s: %s", group_id, _condition(exc))
                 return None
-        committed = {TopicPartition(tp.topic, tp.partition): tp.offset for tp in listed if tp.offset >= 0}
+        wanted = None if topics is None else set(topics)
+        committed = {TopicPartition(tp.topic, tp.partition): tp.offset for tp in listed
+                     if tp.offset >= 0 and (wanted is None or tp.topic in wanted)}
+        if not committed:
+            return None
         ends = self.log_ends(committed)[0]
         return sum(max(0, ends[tp] - offset) for tp, offset in committed.items() if tp in ends)
 

@@ -61,7 +61,7 @@ from pipelines.runtime.assigned_offsets import Assignment, Claim
 from pipelines.runtime.assigned_source import AssignedKafkaSource, AssignmentFile, assigned_source_options
 from pipelines.runtime.batch_writer import (NO_HOOKS, BatchGate, BatchHooks, BatchReport, BatchWriter,
                                             TableTargets, warm_up, warm_up_batch)
-from pipelines.runtime.broker_probe import BrokerProbe
+from pipelines.runtime.broker_probe import GROUP_PATIENCE_S, BrokerProbe
 from pipelines.runtime.checkpoint_log import AssignedOffsetLog, CheckpointOffsetLog
 from pipelines.runtime.failure_rules import RestartPolicy, Verdict, classify_failure
 from pipelines.runtime.hadoop_fs import HadoopFileSystem
@@ -393,7 +393,7 @@ class PipelineRunner:
                 ok = False
             rehearsed.put((time.monotonic() - began, ok))
 
-        rounds, why = self._warm_up_rounds()
+        rounds, why = self._warm_up_rounds(stop)
         self.progress.note(f"warming the batch path up before joining ({why}): rehearsing batches over "
                            f"{tp.topic}-{tp.partition} (nothing written)")
         writer.rehearse(rehearsal)
@@ -406,6 +406,11 @@ class PipelineRunner:
                 if outcome is None or not outcome[1]:
                     break
                 rounds.add(outcome[0], time.monotonic())
+                if rounds.more(time.monotonic()):
+                    waiting = self._who_waits(stop.wait, patience_s=0.0)[0]
+                    if waiting is not None:  # e.g. a crashed member's session ended: the group is empty now
+                        self.progress.note(f"joining after {len(rounds.durations)} rehearsed batches: {waiting}")
+                        break
                 record = self._warm_up_record_or_none()
             with self._lock:
                 self._release([tp])
@@ -415,33 +420,52 @@ class PipelineRunner:
             self._note_warmed_up(started, f"{tp.topic}-{tp.partition}@{first_offset}",
                                  f" in the member's query, {rounds.summary()}")
 
-    def _warm_up_rounds(self) -> tuple[WarmUpRounds, str]:
-        """How long to rehearse, and why. While other members of the group read its partitions,
-        nothing waits for this member: it rehearses until its batches stop getting faster, for up
-        to ``source.warm_up_limit``. One batch, then it joins, when nobody reads meanwhile: a
-        group with no member (or that the brokers did not describe), or one where this member's
-        ``group.instance.id`` is still a member (a static member restarting within its session
-        timeout: its partitions wait for it, nobody else is given them); and when the group's
-        committed offsets are more records behind than one batch reads
-        (``source.max_offsets_per_trigger``): members started together over a backlog share it
-        at once rather than after a minute."""
+    def _warm_up_rounds(self, stop: threading.Event) -> tuple[WarmUpRounds, str]:
+        """How long to rehearse, and why: one batch when someone waits for this member
+        (:meth:`_who_waits`); otherwise only its own join waits, and it rehearses until its
+        batches stop getting faster, the batches starting within ``source.warm_up_limit`` after
+        the first ended."""
         trigger_s = (self.config.trigger.processing_time_ms or 0) / 1000
-        members = self.probe.group_members(self.config.group.id)
-        instance_id = self.config.group.instance_id
-        if not members or (instance_id is not None and instance_id in members):
-            why = ("the brokers did not describe the group" if members is None
-                   else "the group has no member" if not members
-                   else f"this member's instance id {instance_id!r} still holds its partitions")
-            return WarmUpRounds(trigger_s=trigger_s, max_batches=1), f"{why}: one batch"
-        backlog, per_batch = self.probe.group_backlog(self.config.group.id), self.config.source.max_offsets_per_trigger
-        if backlog is not None and backlog > per_batch:
-            return (WarmUpRounds(trigger_s=trigger_s, max_batches=1),
-                    f"the group is {backlog:,} records behind, more than a batch reads ({per_batch:,}): "
-                    f"one batch, to share them sooner")
+        waiting, members = self._who_waits(stop.wait)
+        if waiting is not None:
+            return WarmUpRounds(trigger_s=trigger_s, max_batches=1), f"{waiting}: one batch"
         limit_s = self.config.source.warm_up_limit_ms / 1000
         return (WarmUpRounds(trigger_s=trigger_s, max_seconds=limit_s),
-                f"the group's {len(members)} member(s) read its partitions meanwhile: until the batches "
-                f"stop getting faster, at most {limit_s:g}s")
+                f"the group's {members} member(s) read its partitions meanwhile: until the batches stop "
+                f"getting faster, starting within {limit_s:g}s")
+
+    def _who_waits(self, sleep: Callable[[float], object] = time.sleep,
+                   patience_s: float = GROUP_PATIENCE_S) -> tuple[str | None, int]:
+        """Why this member should join now rather than rehearse on (None: nobody waits for it),
+        and how many members its group has. Someone waits when nobody else reads the partitions
+        it would take: a group with no member (or that the brokers did not describe), or one
+        where this member's ``group.instance.id`` is still a member (a static member restarting
+        within its session timeout: its partitions wait for it); and when the group is more
+        records behind than its members read in one batch each (``max_offsets_per_trigger``),
+        or its backlog is unknown (no committed offset yet: members started together over the
+        logs share them at once). Also after ``source.warm_up_limit: 0s``, or a check that
+        failed. ``sleep``/``patience_s``: how the describe waits out a loading coordinator."""
+        group = self.config.group
+        if self.config.source.warm_up_limit_ms == 0:
+            return "source.warm_up_limit is 0s", 0
+        try:
+            members = self.probe.group_members(group.id, patience_s=patience_s, sleep=sleep)
+            if members is None:
+                return "the brokers did not describe the group", 0
+            if not members:
+                return "the group has no member", 0
+            if group.instance_id is not None and group.instance_id in members:
+                return f"this member's instance id {group.instance_id!r} still holds its partitions", len(members)
+            backlog = self.probe.group_backlog(group.id, self.config.topics or None)
+            per_round = len(members) * self.config.source.max_offsets_per_trigger
+            if backlog is None:
+                return "the group's backlog is unknown (no committed offset yet)", len(members)
+            if backlog > per_round:
+                return (f"the group is {backlog:,} records behind, more than its {len(members)} member(s) "
+                        f"read in a batch each ({per_round:,})"), len(members)
+            return None, len(members)
+        except Exception as exc:  # noqa: BLE001 - advisory: joining at once is always safe
+            return f"the group could not be checked ({type(exc).__name__})", 0
 
     def _warm_up_record_or_none(self) -> tuple[TopicPartition, int] | None:
         """:meth:`_warm_up_record`, None when the brokers could not say."""

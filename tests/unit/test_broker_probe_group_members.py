@@ -58,6 +58,17 @@ def test_a_transient_error_past_the_patience_is_none():
     assert _members(admin, patience_s=1.0) is None and 1 < admin.calls < 50
 
 
+def test_a_group_the_brokers_do_not_know_has_no_member():
+    # DescribeGroups v6+ (KIP-1043) answers GROUP_ID_NOT_FOUND where older versions answer Dead
+    assert _members(ScriptedAdmin([KafkaError(KafkaError.GROUP_ID_NOT_FOUND)])) == ()
+
+
+def test_a_sleep_that_says_stop_ends_the_asking():
+    admin = ScriptedAdmin([KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)] * 5)
+    probe = BrokerProbe({"bootstrap.servers": "unused:9092"}, admin_factory=lambda config: admin)
+    assert probe.group_members("g", sleep=lambda seconds: True) is None and admin.calls == 1
+
+
 def test_a_permanent_error_is_none_at_once():
     admin = ScriptedAdmin([KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED), (None,)])
     assert _members(admin) is None and admin.calls == 1
@@ -87,8 +98,9 @@ class OffsetsAdmin:
         return futures
 
 
-def _backlog(admin: OffsetsAdmin):
-    return BrokerProbe({"bootstrap.servers": "unused:9092"}, admin_factory=lambda config: admin).group_backlog("g")
+def _backlog(admin: OffsetsAdmin, topics=None):
+    probe = BrokerProbe({"bootstrap.servers": "unused:9092"}, admin_factory=lambda config: admin)
+    return probe.group_backlog("g", topics)
 
 
 def test_the_backlog_is_what_the_committed_offsets_are_behind():
@@ -96,6 +108,12 @@ def test_the_backlog_is_what_the_committed_offsets_are_behind():
     assert _backlog(admin) == 105   # 100 + 5; partition 2 has no committed offset
 
 
-def test_a_backlog_the_brokers_did_not_give_is_none():
+def test_only_the_given_topics_count():
+    admin = OffsetsAdmin({("t", 0): 10, ("old", 0): 0}, {("t", 0): 110, ("old", 0): 5000})
+    assert _backlog(admin, ["t"]) == 100 and _backlog(admin) == 5100
+
+
+def test_a_backlog_the_brokers_did_not_give_or_without_commits_is_none():
     assert _backlog(OffsetsAdmin({}, {}, fail=KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))) is None
-    assert _backlog(OffsetsAdmin({}, {})) == 0
+    assert _backlog(OffsetsAdmin({}, {})) is None                       # a new group
+    assert _backlog(OffsetsAdmin({("t", 0): -1001}, {("t", 0): 9})) is None

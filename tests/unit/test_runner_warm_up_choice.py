@@ -1,24 +1,43 @@
-"""How long an scg-kafka member rehearses before it joins (PipelineRunner._warm_up_rounds, pure:
-the group's members come from a fake probe, as their group.instance.id)."""
+"""How long an scg-kafka member rehearses before it joins (PipelineRunner._warm_up_rounds and
+_who_waits, pure: the group's members, as their group.instance.id, and its backlog come from a
+fake probe)."""
+import threading
 from types import SimpleNamespace
 
 from pipelines.runtime.runner import PipelineRunner
 
 
-def _rounds(members, limit_ms: int = 60_000, trigger_ms: int = 500, instance_id: str | None = None,
-            backlog: int | None = 0, per_batch: int = 500_000):
+def _runner(members=(None,), backlog: int | None = 0, limit_ms: int = 60_000, trigger_ms: int = 500,
+            instance_id: str | None = None, per_batch: int = 500_000, topics=("t",), asked=None):
+    def group_backlog(group_id, topics):
+        if asked is not None:
+            asked.append(topics)
+        return backlog
+
+    def group_members(group_id, patience_s, sleep):
+        if isinstance(members, Exception):
+            raise members
+        return members
+
     runner = SimpleNamespace(
-        probe=SimpleNamespace(group_members=lambda group_id: members, group_backlog=lambda group_id: backlog),
-        config=SimpleNamespace(group=SimpleNamespace(id="g", instance_id=instance_id),
+        probe=SimpleNamespace(group_members=group_members, group_backlog=group_backlog),
+        config=SimpleNamespace(group=SimpleNamespace(id="g", instance_id=instance_id), topics=topics,
                                trigger=SimpleNamespace(processing_time_ms=trigger_ms),
                                source=SimpleNamespace(warm_up_limit_ms=limit_ms, max_offsets_per_trigger=per_batch)))
-    return PipelineRunner._warm_up_rounds(runner)
+    runner._who_waits = lambda sleep, patience_s=10.0: PipelineRunner._who_waits(runner, sleep, patience_s)
+    return runner
+
+
+def _rounds(**settings):
+    return PipelineRunner._warm_up_rounds(_runner(**settings), threading.Event())
 
 
 def test_while_others_read_the_group_s_partitions_it_rehearses_up_to_the_limit():
-    rounds, why = _rounds(members=(None, "static-b"), limit_ms=45_000)
+    asked = []
+    rounds, why = _rounds(members=(None, "static-b"), backlog=12, limit_ms=45_000, asked=asked)
     assert rounds.max_seconds == 45.0 and rounds.max_batches > 1 and rounds.trigger_s == 0.5
-    assert why.startswith("the group's 2 member(s) read its partitions meanwhile") and why.endswith("at most 45s")
+    assert why.startswith("the group's 2 member(s) read its partitions meanwhile") and why.endswith("within 45s")
+    assert asked == [("t",)]  # the backlog of the pipeline's topics only
 
 
 def test_an_empty_group_waits_for_nobody_one_batch():
@@ -26,7 +45,7 @@ def test_an_empty_group_waits_for_nobody_one_batch():
     assert rounds.max_batches == 1 and why == "the group has no member: one batch"
 
 
-def test_a_group_the_brokers_did_not_describe_is_taken_as_empty():
+def test_a_group_the_brokers_did_not_describe_is_joined_after_one_batch():
     rounds, why = _rounds(members=None)
     assert rounds.max_batches == 1 and "did not describe" in why
 
@@ -39,14 +58,28 @@ def test_a_static_member_restarting_within_its_session_rehearses_one_batch():
     assert rounds.max_batches > 1
 
 
-def test_a_group_more_than_a_batch_behind_is_joined_after_one_batch():
+def test_a_group_more_behind_than_its_members_read_in_a_batch_each_is_joined_after_one_batch():
     # members started together over a backlog: the others share it at once, not after a minute
-    rounds, why = _rounds(members=(None,), backlog=1_200_000, per_batch=500_000)
+    rounds, why = _rounds(members=(None, None), backlog=1_200_000, per_batch=500_000)
     assert rounds.max_batches == 1
-    assert why == "the group is 1,200,000 records behind, more than a batch reads (500,000): one batch, to share them sooner"
+    assert why == ("the group is 1,200,000 records behind, more than its 2 member(s) read in a batch each "
+                   "(1,000,000): one batch")
+    rounds, _ = _rounds(members=(None, None, None), backlog=1_200_000, per_batch=500_000)
+    assert rounds.max_batches > 1
 
 
-def test_a_backlog_one_batch_reads_or_an_unknown_one_does_not_cut_the_warm_up():
-    for backlog in (500_000, 12, None):
-        rounds, _ = _rounds(members=(None,), backlog=backlog, per_batch=500_000)
-        assert rounds.max_batches > 1, backlog
+def test_an_unknown_backlog_a_new_group_is_joined_after_one_batch():
+    rounds, why = _rounds(members=(None,), backlog=None)
+    assert rounds.max_batches == 1 and "no committed offset yet" in why
+
+
+def test_a_limit_of_zero_or_a_failed_check_is_one_batch():
+    assert _rounds(limit_ms=0)[0].max_batches == 1
+    rounds, why = _rounds(members=RuntimeError("boom"))
+    assert rounds.max_batches == 1 and "could not be checked (RuntimeError)" in why
+
+
+def test_a_pattern_subscription_counts_every_committed_topic():
+    asked = []
+    _rounds(topics=(), asked=asked)
+    assert asked == [None]
