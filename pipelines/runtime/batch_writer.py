@@ -84,6 +84,7 @@ class BatchGate:
         self._writing = False
         self._closed = False
         self._entered = 0                                    # batches that reached the gate
+        self._ended = 0                                      # ... and ended (exit)
         self._reading: frozenset[TopicPartition] = frozenset()  # ... the last one's partitions
 
     def enter(self, partitions: Iterable[TopicPartition] = ()) -> bool:
@@ -100,6 +101,7 @@ class BatchGate:
         """Query thread, after the batch ended (committed, refused or failed)."""
         with self._cond:
             self._writing = False
+            self._ended += 1
             self._cond.notify_all()
 
     def close(self, bound_s: float) -> bool:
@@ -109,20 +111,36 @@ class BatchGate:
             self._closed = True
             return self._cond.wait_for(lambda: not self._writing, bound_s)
 
-    def mark(self) -> int:
+    def mark(self) -> GateMark:
         """A point in the query's sequence of batches, for :meth:`released`."""
         with self._cond:
-            return self._entered
+            return GateMark(self._entered, self._ended)
 
-    def released(self, partitions: Iterable[TopicPartition], mark: int, bound_s: float) -> bool:
-        """Wait at most ``bound_s`` until a batch that began after ``mark`` reads none of
-        ``partitions``. Batches run one after the other and each is planned after the previous
-        one ended, so once the source no longer plans ``partitions`` (the caller took them out
-        before taking ``mark``), every batch that read them has ended: committed, refused or
-        failed. True then."""
+    def released(self, partitions: Iterable[TopicPartition], mark: GateMark, bound_s: float) -> bool:
+        """Wait at most ``bound_s`` until every batch that may read ``partitions`` has ended
+        (committed, refused or failed), given that the source no longer plans them: the caller
+        took them out before taking ``mark``. True then.
+
+        Batches run one after the other and each is planned after the previous one ended, so
+        only batches planned before ``mark`` may read them: the one writing at ``mark``, or one
+        being planned then. That is the case once a batch ended after ``mark`` (the batches
+        after it are planned after the caller took the partitions out), or once a batch that
+        began after ``mark`` reads none of them; whichever comes first. A member revoking
+        partitions in the middle of a batch is thus released when that batch ends, not when
+        the next one begins."""
         gone = frozenset(partitions)
         with self._cond:
-            return self._cond.wait_for(lambda: self._entered > mark and not (self._reading & gone), bound_s)
+            return self._cond.wait_for(lambda: self._ended > mark.ended
+                                       or (self._entered > mark.entered and not (self._reading & gone)), bound_s)
+
+
+@dataclass(frozen=True)
+class GateMark:
+    """A point in a query's sequence of batches (:meth:`BatchGate.mark`): how many batches had
+    reached the gate, and how many had ended."""
+
+    entered: int
+    ended: int
 
 
 @dataclass(frozen=True)

@@ -88,9 +88,10 @@ def test_a_closed_gate_lets_the_writing_batch_finish_and_the_next_write_nothing(
     assert calls == ["dead", "table", "released", ("kafka", {TopicPartition("t", 0): 5}, "delta:7"), "report"]
 
 
-def test_released_waits_for_a_batch_that_no_longer_reads_the_partitions():
-    """An scg-kafka query dropped a partition: the boundary is the first batch that began after
-    the call and does not read it (every batch that read it has ended by then)."""
+def test_released_when_the_batch_writing_at_the_mark_ends():
+    """An scg-kafka query dropped a partition while a batch over it was writing: the boundary is
+    that batch's end (the next one is planned after it, without the partition), not the next
+    batch's start."""
     import threading
 
     gate, a, b = BatchGate(), TopicPartition("t", 0), TopicPartition("t", 1)
@@ -98,14 +99,29 @@ def test_released_waits_for_a_batch_that_no_longer_reads_the_partitions():
     done, mark = [], gate.mark()
     waiter = threading.Thread(target=lambda: done.append(gate.released([a], mark, 10.0)))
     waiter.start()
+    assert not gate.released([a], mark, 0.05)  # still writing
     gate.exit()
-    gate.enter([a, b])            # planned before the drop: still reads it
-    gate.exit()
-    assert not done
-    gate.enter([b])               # planned after: the boundary
     waiter.join(10.0)
     assert done == [True]
-    assert not gate.released([a], gate.mark(), 0.05)  # only a batch that began after the mark counts
+
+
+def test_released_with_no_batch_writing_waits_for_one_planned_after_the_drop():
+    """No batch writing at the mark: one may be being planned with the partition. A batch that
+    began after the mark and reads none of the partitions is the boundary; so is the end of one
+    that does read them (every batch after it is planned after the drop)."""
+    gate, a, b = BatchGate(), TopicPartition("t", 0), TopicPartition("t", 1)
+    mark = gate.mark()
+    assert not gate.released([a], mark, 0.05)  # nothing began or ended since
+    gate.enter([b])               # planned after the drop
+    assert gate.released([a], mark, 0.05)
+    gate.exit()
+
+    mark = gate.mark()
+    gate.enter([a, b])            # was being planned at the mark: still reads it
+    assert not gate.released([a], mark, 0.05)
+    gate.exit()
+    assert gate.released([a], mark, 0.05)
+    assert not gate.released([a], gate.mark(), 0.05)  # only batches since the mark count
 
 
 # -- against real Delta tables (deltalake on tmp_path; only the Spark part, _prepare, is stubbed) --
