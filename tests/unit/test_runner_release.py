@@ -61,12 +61,23 @@ def test_on_revoked_returns_only_after_the_batches_that_read_the_partition(tmp_p
     wait_for_file_without(runner, A)          # the next plan leaves A out at once...
     assert set(AssignmentFile(runner._assignment_path()).read().claims) == {B}
     assert not returned.wait(0.3)             # ...but A is not given up while that batch runs
-    gate.exit()
-    assert not returned.wait(0.3)             # nor before a batch planned without A began
-    gate.enter([B])
+    gate.exit()                               # its end is the boundary: the next batch is planned without A
     assert returned.wait(WAIT_S)
     assert runner._owned == (B,) and not runner._query.stopped
+
+
+def test_on_revoked_between_batches_waits_for_the_one_being_planned(tmp_path):
+    """No batch is writing when the revoke comes, but one may be being planned with A: A is
+    given up once a batch planned without it began, or the one that read it ended."""
+    runner = following_runner(tmp_path)
+    gate = runner._gate
+    returned = revoke_in_background(runner, [A])
+    wait_for_file_without(runner, A)
+    gate.enter([A, B])                        # planned before the file changed
+    assert not returned.wait(0.3)
     gate.exit()
+    assert returned.wait(WAIT_S)
+    assert runner._owned == (B,) and not runner._query.stopped
 
 
 def test_a_batch_that_never_reaches_the_boundary_is_stopped_after_the_bound(tmp_path, monkeypatch):
