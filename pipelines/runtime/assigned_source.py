@@ -49,6 +49,10 @@ ASSIGNMENT_OPTION = "assignmentFile"
 SLOTS_OPTION = "taskSlots"  # the application's cores when the query started (defaultParallelism),
                             # until the assignment file says how many it has now
 HEADERS_OPTION = "includeHeaders"  # as Spark's Kafka source: "true" adds the column `headers`
+ASSIGNMENT_WAIT_OPTION = "assignmentWaitMs"  # an idle planner's wait for a new assignment (0: none)
+ASSIGNMENT_WAIT_SHARE = 0.8       # of the trigger interval: the wait ends before the next trigger is due
+ASSIGNMENT_WAIT_MAX_MS = 2_000    # and holds a stopping query up no longer than this
+ASSIGNMENT_POLL_S = 0.02          # how often a waiting planner looks at the assignment file
 KAFKA_PREFIX = "kafka."
 LOG_END_GRACE_S = 30.0  # a partition whose log end cannot be read is held this long, then the query fails
 
@@ -76,6 +80,25 @@ class AssignmentFile:
         except FileNotFoundError:
             return Assignment()
 
+    def version(self) -> tuple[int, int] | None:
+        """What changes with every :meth:`write` (each one is a new file); None: no file."""
+        try:
+            found = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return found.st_ino, found.st_mtime_ns
+
+    def wait_for_change(self, version: tuple[int, int] | None, deadline: float,
+                        poll_s: float = ASSIGNMENT_POLL_S) -> bool:
+        """Wait until the file is no longer at ``version`` (True) or ``time.monotonic()``
+        reaches ``deadline`` (False)."""
+        while self.version() == version:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(poll_s, left))
+        return True
+
 
 class RangesPartition(InputPartition):
     """The planned ranges one Spark task reads, one after the other (picklable)."""
@@ -89,12 +112,23 @@ PEM_FILE_SETTINGS = {"ssl.ca.location": "ssl.ca.pem", "ssl.certificate.location"
                      "ssl.key.location": "ssl.key.pem"}
 
 
+def assignment_wait_ms(trigger_interval_ms: int | None) -> int:
+    """How long an idle planner waits for a new assignment (:meth:`AssignedKafkaReader.latestOffset`)
+    under a processing-time trigger of ``trigger_interval_ms``: most of the interval, so the
+    wait ends before the next trigger is due, at most :data:`ASSIGNMENT_WAIT_MAX_MS`; none
+    without an interval (Spark plans again at once then)."""
+    if not trigger_interval_ms:
+        return 0
+    return min(int(trigger_interval_ms * ASSIGNMENT_WAIT_SHARE), ASSIGNMENT_WAIT_MAX_MS)
+
+
 def assigned_source_options(client_config: Mapping[str, object], assignment_file: str | os.PathLike,
-                            source, task_slots: int = 1) -> dict[str, str]:
+                            source, task_slots: int = 1, trigger_interval_ms: int | None = None) -> dict[str, str]:
     """:func:`source_options` for a pipeline's ``source`` section (``SourceSpec``): its rate
     limits, and the TLS files given by path read here, on the driver, and passed inline
     (``ssl.*.pem``), so executors need not have them (as Spark's Kafka source does with its
-    inline PEM stores)."""
+    inline PEM stores); the idle planner's wait follows the query's trigger interval
+    (:func:`assignment_wait_ms`)."""
     config = dict(client_config)
     for location, inline in PEM_FILE_SETTINGS.items():
         path = config.pop(location, None)
@@ -103,18 +137,21 @@ def assigned_source_options(client_config: Mapping[str, object], assignment_file
     limits = RateLimits(source.max_offsets_per_trigger, source.min_offsets_per_trigger,
                         source.max_trigger_delay_ms or RateLimits.max_delay_ms)
     return source_options(config, assignment_file, limits, include_headers=source.include_headers,
-                          task_slots=task_slots)
+                          task_slots=task_slots, assignment_wait_ms=assignment_wait_ms(trigger_interval_ms))
 
 
 def source_options(client_config: Mapping[str, object], assignment_file: str | os.PathLike,
-                   limits: RateLimits, *, include_headers: bool = False, task_slots: int = 1) -> dict[str, str]:
+                   limits: RateLimits, *, include_headers: bool = False, task_slots: int = 1,
+                   assignment_wait_ms: int = 0) -> dict[str, str]:
     """The options of :class:`AssignedKafkaSource` for librdkafka ``client_config`` (secrets
     revealed: Spark redacts them by name, see ``spark_session.OPTION_REDACTION``); ``task_slots``:
-    the cores the application runs tasks on (``SparkContext.defaultParallelism``)."""
+    the cores the application runs tasks on (``SparkContext.defaultParallelism``);
+    ``assignment_wait_ms``: how long an idle planner waits for a new assignment."""
     options = {f"{KAFKA_PREFIX}{k}": str(v) for k, v in client_config.items()}
     options[ASSIGNMENT_OPTION] = str(assignment_file)
     options[HEADERS_OPTION] = str(include_headers).lower()
     options[SLOTS_OPTION] = str(max(1, int(task_slots)))
+    options[ASSIGNMENT_WAIT_OPTION] = str(max(0, int(assignment_wait_ms)))
     if limits.max_rows is not None:
         options["maxOffsetsPerTrigger"] = str(limits.max_rows)
     if limits.min_rows is not None:
@@ -152,6 +189,7 @@ class AssignedKafkaReader(DataSourceStreamReader):
         self.assignment_file = AssignmentFile(options[ASSIGNMENT_OPTION])
         self.headers = _headers(options)
         self.task_slots = max(1, int(options.get(SLOTS_OPTION, "1")))
+        self.assignment_wait_s = max(0, int(options.get(ASSIGNMENT_WAIT_OPTION, "0"))) / 1000
         max_rows = options.get("maxOffsetsPerTrigger")
         min_rows = options.get("minOffsetsPerTrigger")
         self.limits = RateLimits(int(max_rows) if max_rows else None, int(min_rows) if min_rows else None,
@@ -168,6 +206,21 @@ class AssignedKafkaReader(DataSourceStreamReader):
         return ReadMaxRows(self.limits.max_rows) if self.limits.max_rows is not None else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit) -> dict:
+        """The next batch's end: the claims of the assignment file, each partition up to its
+        log end within ``limit``; ``start`` when there is nothing to read. With nothing to read,
+        waits up to ``assignmentWaitMs`` for the runner to write a new assignment and plans on
+        it: partitions claimed while the query is idle (a member that just joined, or
+        rebalanced while no record came) are read in this trigger, not the next."""
+        deadline = time.monotonic() + self.assignment_wait_s
+        while True:
+            version = self.assignment_file.version()
+            latest, idle = self._latest(start, limit)
+            if not idle or not self.assignment_file.wait_for_change(version, deadline):
+                return latest
+
+    def _latest(self, start: dict, limit) -> tuple[dict, bool]:
+        """The next batch's end, and whether the query is idle: no claim changed and no
+        record is to be read now."""
         previous = SourceOffset.from_dict(start)
         assignment = self.assignment_file.read()
         log_ends = self._log_ends(list(assignment.claims))
@@ -180,10 +233,11 @@ class AssignedKafkaReader(DataSourceStreamReader):
         moved = plan.offset.claims != previous.claims
         if not moved and not isinstance(limit, ReadAllAvailable) and \
                 delay_batch(plan.ready(previous), self.limits, self._last_batch_ms, now_ms):
-            return start
+            return start, True
         if plan.ready(previous) > 0 or moved:
             self._last_batch_ms = now_ms
-        return plan.offset.to_dict()
+            return plan.offset.to_dict(), False
+        return plan.offset.to_dict(), True
 
     def partitions(self, start: dict, end: dict):
         """The batch's ranges grouped into tasks for the cores the application has now (as the

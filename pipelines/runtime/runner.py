@@ -713,8 +713,10 @@ class PipelineRunner:
                              self._commit_kafka, self._on_batch, self._on_refused, self.hooks,
                              check_sources=self._check_sources)
         self._writer = writer
+        trigger = self.config.trigger
         options = assigned_source_options(self.config.kafka.confluent_config(), self._assignment_path(),
-                                          self.config.source, self._task_slots)
+                                          self.config.source, self._task_slots,
+                                          None if trigger.available_now else trigger.processing_time_ms)
         self._query = queries.start_assigned_query(self.spark, options, writer, self._checkpoint,
                                                    self.tables.trigger,
                                                    f"{self.config.name}-follow-{uuid.uuid4().hex[:8]}")

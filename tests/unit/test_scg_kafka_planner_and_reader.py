@@ -99,6 +99,67 @@ def test_min_rows_waits_for_data_but_never_delays_an_assignment_change(tmp_path)
     assert SourceOffset.from_dict(r.latestOffset(first, ReadMaxRows(1000))).claims == {A: 1, B: 2}
 
 
+def test_the_idle_planner_waits_for_a_new_assignment_and_plans_it(tmp_path):
+    """Nothing to read: latestOffset waits (assignmentWaitMs) for the runner to write a new
+    assignment and plans on it, so partitions claimed while the query is idle are read in this
+    trigger. The file is rewritten only once the planner has asked for the log ends, i.e. after
+    it read the file: without the wait the answer would be "nothing new"."""
+    import threading
+
+    r = reader(tmp_path, {A: Claim(1, 0)}, {A: 5})
+    first = r.latestOffset(INITIAL.to_dict(), ReadAllAvailable())
+    r.assignment_wait_s = 30.0
+    asked, log_ends = threading.Event(), r._probe.log_ends
+
+    def answering(partitions, committed_only=False):
+        asked.set()
+        return log_ends(partitions, committed_only)
+
+    r._probe.log_ends = answering
+    writer = threading.Thread(target=lambda: asked.wait(10) and r.assignment_file.write(
+        Assignment({A: Claim(1, 0), B: Claim(2, 0)})))
+    r._probe.ends[B] = 7
+    writer.start()
+    latest = SourceOffset.from_dict(r.latestOffset(first, ReadAllAvailable()))
+    writer.join(10)
+    assert latest.claims == {A: 1, B: 2} and latest.end == {A: 5, B: 7}
+
+
+def test_the_idle_planner_answers_nothing_new_when_no_assignment_came(tmp_path):
+    r = reader(tmp_path, {A: Claim(1, 0)}, {A: 5})
+    first = r.latestOffset(INITIAL.to_dict(), ReadAllAvailable())
+    r.assignment_wait_s = 0.05
+    latest = SourceOffset.from_dict(r.latestOffset(first, ReadAllAvailable()))
+    assert (latest.end, latest.claims) == ({A: 5}, {A: 1})
+
+
+def test_a_planner_with_records_to_read_does_not_wait(tmp_path, monkeypatch):
+    r = reader(tmp_path, {A: Claim(1, 0)}, {A: 5})
+    first = r.latestOffset(INITIAL.to_dict(), ReadAllAvailable())
+    r.assignment_wait_s = 30.0
+    monkeypatch.setattr(r.assignment_file, "wait_for_change", lambda version, deadline: pytest.fail("waited"))
+    r._probe.ends[A] = 9
+    assert SourceOffset.from_dict(r.latestOffset(first, ReadAllAvailable())).end == {A: 9}
+
+
+def test_every_write_of_the_assignment_file_is_a_new_version(tmp_path):
+    file = AssignmentFile(tmp_path / "assignment.json")
+    assert file.version() is None
+    file.write(Assignment({A: Claim(1, 0)}))
+    before = file.version()
+    assert not file.wait_for_change(before, deadline=0.0)  # (a deadline in the past: no wait)
+    file.write(Assignment({A: Claim(1, 0)}))               # the same content
+    assert file.version() != before and file.wait_for_change(before, deadline=0.0)
+
+
+def test_the_idle_wait_follows_the_trigger_interval():
+    assert assigned_source.assignment_wait_ms(None) == 0 and assigned_source.assignment_wait_ms(0) == 0
+    assert assigned_source.assignment_wait_ms(500) == 400            # before the next trigger is due
+    assert assigned_source.assignment_wait_ms(60_000) == assigned_source.ASSIGNMENT_WAIT_MAX_MS
+    options = assigned_source_options({"bootstrap.servers": "x"}, "a.json", SourceConfig(), trigger_interval_ms=500)
+    assert options[assigned_source.ASSIGNMENT_WAIT_OPTION] == "400"
+
+
 def test_a_log_that_went_back_below_the_query_is_data_loss(tmp_path):
     r = reader(tmp_path, {A: Claim(1, 0)}, {A: 50})
     first = r.latestOffset(INITIAL.to_dict(), ReadAllAvailable())
