@@ -71,7 +71,7 @@ from pipelines.runtime.partition_checks import (DATA_LOSS_REASON, LOG_TRUNCATED,
 from pipelines.runtime.pipeline_spec import PipelineSpec
 from pipelines.runtime.pipeline_tables import open_tables
 from pipelines.runtime.progress import ProgressPrinter
-from pipelines.runtime.spark_session import prepare_session
+from pipelines.runtime.spark_session import prepare_session, use_local_checkpoint_manager
 from pipelines.runtime.start_offsets import StartDecision, choose_start_offset
 from pipelines.runtime.warm_up_rounds import WarmUpRounds
 
@@ -149,6 +149,7 @@ class PipelineRunner:
         self.progress = ProgressPrinter(out)
         for note in prepare_session(spark, config.storage.hadoop_settings()):
             self.progress.note(note)
+        use_local_checkpoint_manager(spark, config.checkpoint_root, self.fs.qualify)
         self.tables = open_tables(config, spark)
         for table in (self.tables.table, self.tables.dead_table):
             table.check_storage()  # the storage answers now, or a named error before joining the group

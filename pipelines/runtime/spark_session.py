@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from groupmgr.core import ExitCategory, ScgError
 from pipelines.runtime.install_paths import conf_dir, jar_files
@@ -138,6 +138,46 @@ def prepare_session(spark, hadoop_settings: Mapping[str, str] | None = None) -> 
         notes.append("spark.sql.extensions has no io.delta.sql.DeltaSparkSessionExtension: the member "
                      "writes without it, but Spark SQL cannot read the tables in this session")
     return notes
+
+
+# Spark writes two files into a query's checkpoint per micro-batch (offsets/N before it runs,
+# commits/N after). On the local file system its default manager (Hadoop's FileContext) starts a
+# ``readlink`` and a ``chmod`` process for each file when Hadoop's native library is missing, as
+# with pip's pyspark (bench/bench_checkpoint.py measures both managers). Hadoop's FileSystem API
+# renames with File.renameTo, atomic on a local disk, and starts no ``readlink``. Its
+# check-then-rename meets no concurrent writer: each query of a member has a checkpoint of its own.
+CHECKPOINT_MANAGER_SETTING = "spark.sql.streaming.checkpointFileManagerClass"
+LOCAL_CHECKPOINT_MANAGERS = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+    "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager",  # older Spark 4 layout
+)
+
+
+def local_checkpoint_manager(qualified_checkpoint_root: str, current: str | None,
+                             available: Callable[[str], bool]) -> str | None:
+    """The checkpoint file manager to set for a checkpoint root (qualified as Spark resolves it):
+    the first of :data:`LOCAL_CHECKPOINT_MANAGERS` that ``available`` finds, for a root on the
+    local file system (``file:``) when the session sets no manager (``current``); else None (HDFS
+    and object stores keep Spark's choice, so does a manager the user set)."""
+    if current or not qualified_checkpoint_root.startswith("file:"):
+        return None
+    return next((name for name in LOCAL_CHECKPOINT_MANAGERS if available(name)), None)
+
+
+def use_local_checkpoint_manager(spark, checkpoint_root: str, qualify: Callable[[str], str]) -> str | None:
+    """Apply :func:`local_checkpoint_manager` to the session (a runtime setting: queries started
+    afterwards use it) for ``checkpoint_root`` as ``qualify`` resolves it (a root it cannot
+    resolve, e.g. a scheme without its file system, is left to the query to report); the class
+    set, or None."""
+    try:
+        qualified = qualify(checkpoint_root)
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
+    manager = local_checkpoint_manager(qualified, spark.conf.get(CHECKPOINT_MANAGER_SETTING, None),
+                                       lambda name: _has_class(spark, name))
+    if manager is not None:
+        spark.conf.set(CHECKPOINT_MANAGER_SETTING, manager)
+    return manager
 
 
 def option_redaction_regex(current: str | None) -> str:
