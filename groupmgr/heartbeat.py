@@ -7,7 +7,7 @@ optional ``now``; when omitted the injected clock is read once.
 Three timers:
 
 * heartbeat timer - when the next heartbeat is due (interval after a send, exponential backoff
-  capped at the interval after failures);
+  capped at the interval after failures; a shorter interval while hurried, see ``hurry``);
 * session timer   - expires when no heartbeat succeeded for ``session_timeout_ms``;
 * poll timer      - expires when the application has not called ``poll()`` for
   ``max_poll_interval_ms`` (Kafka's ``max.poll.interval.ms``; None: no poll timer, it never
@@ -46,6 +46,7 @@ class HeartbeatTimer:
         self.last_sent: float | None = None
         self.last_received: float | None = None
         self.last_poll: float | None = None
+        self._hurried_interval_s, self._hurried_until = self.interval_s, float("-inf")
         self.reset()
         self.poll()
 
@@ -58,7 +59,7 @@ class HeartbeatTimer:
         now = self._now(now)
         self.in_flight = True
         self.last_sent = now
-        self._heartbeat_due = now + self.interval_s
+        self._heartbeat_due = now + self._interval(now)
 
     def received(self, now: float | None = None) -> None:
         """A heartbeat response arrived (any answer from the coordinator): the session is alive."""
@@ -87,8 +88,20 @@ class HeartbeatTimer:
         change); the poll timer is left alone (only ``poll()`` restarts it)."""
         now = self._now(now)
         self.in_flight = False
-        self._heartbeat_due = now + self.interval_s
+        self._heartbeat_due = now + self._interval(now)
         self._session_deadline = now + self.session_timeout_s
+
+    def hurry(self, interval_s: float, for_s: float, now: float | None = None) -> None:
+        """Heartbeat every ``interval_s`` (never more rarely than the configured interval) for
+        the next ``for_s`` seconds, then at the configured interval again. A member hears of a
+        rebalance only in a heartbeat's answer: after a cooperative round, so the follow-up
+        round that gives revoked partitions their new owner (KIP-429) waits less for it."""
+        now = self._now(now)
+        self._hurried_interval_s, self._hurried_until = min(interval_s, self.interval_s), now + for_s
+        self._heartbeat_due = min(self._heartbeat_due, now + self._hurried_interval_s)
+
+    def _interval(self, now: float) -> float:
+        return self._hurried_interval_s if now < self._hurried_until else self.interval_s
 
     # -- queries ---------------------------------------------------------------------------
     def should_heartbeat(self, now: float | None = None) -> bool:

@@ -24,7 +24,9 @@ Rebalance protocol (``config.join_spec().protocol``, as Kafka's ``ConsumerCoordi
   After SyncGroup: ``on_revoked(owned - assigned)`` only if that is non-empty (commits then use the
   new generation), then ``on_assigned(generation, full assignment)``; if something was revoked, a
   follow-up rebalance ("revoked partitions must be reassigned") lets the leader give it to its new
-  owner.
+  owner. The other members hear of that round in a heartbeat's answer, so for
+  :data:`FOLLOW_UP_WINDOW_S` after a cooperative round they heartbeat every fifth of the interval
+  (Kafka's clients keep the interval; the protocol allows any rate).
 * either protocol: a lost generation (fenced, poll timeout, a fenced answer to a cooperative
   rejoin) is ``on_fenced(error)`` then ``on_revoked(all lost)`` (Kafka's onPartitionsLost).
 
@@ -57,6 +59,11 @@ ENDED = (MemberState.CLOSED, MemberState.FAILED)
 POLL_RESUMED = "poll resumed after poll timeout"
 REASSIGN = "revoked partitions must be reassigned"
 MAX_CLIENT_ERRORS = 5  # unrecognised client-library failures in a row before the member ends
+# After a cooperative round a follow-up round may come once the old owners released what they
+# revoked (their current work done); members that revoked nothing hear of it in a heartbeat's
+# answer. For this long they heartbeat every fifth of the interval (at least HURRIED_MIN_S apart).
+FOLLOW_UP_WINDOW_S = 10.0
+HURRIED_SHARE, HURRIED_MIN_S = 0.2, 0.1
 
 
 @dataclass(eq=False)
@@ -366,6 +373,8 @@ class MemberLoop:
         with status.cond:  # the poll timer starts with the generation
             self._timer.reset()
             self._timer.poll()
+            if self.protocol == COOPERATIVE:
+                self._timer.hurry(max(HURRIED_MIN_S, HURRIED_SHARE * self._timer.interval_s), FOLLOW_UP_WINDOW_S)
         self._join_failures = 0
         self._next_metadata_check = self._clock() + self.config.metadata_max_age_ms / 1000
         if revoked:

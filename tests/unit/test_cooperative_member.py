@@ -201,3 +201,28 @@ def test_rolling_switch_eager_leader_lets_cooperative_owners_revoke_before_reass
                 assert owned <= set(parts)
                 owned = set(parts)
     assert any(kind == "revoked" for kind, _, _ in events(rec_b))
+
+
+@pytest.mark.parametrize("assignors, hurried", [((COOP,), True), (("range",), False)])
+def test_after_a_cooperative_round_the_member_heartbeats_sooner_for_a_while(assignors, hurried):
+    """Members that revoked nothing hear of the follow-up round (KIP-429) only in a heartbeat's
+    answer: after a cooperative round they heartbeat every fifth of the interval (at least
+    HURRIED_MIN_S apart) for FOLLOW_UP_WINDOW_S; eager members keep the interval."""
+    from groupmgr import member_loop
+    from groupmgr.generation import Generation
+    from groupmgr.rebalance import RoundResult
+    from tests.support.fake_clock import FakeClock
+
+    clock = FakeClock()
+    member = GroupMember(config(topics=("t",), assignors=assignors, heartbeat_interval_ms=2000,
+                                session_timeout_ms=10_000),
+                         Recorder(), transport=FakeGroup({"t": 4}), clock=clock)
+    member._loop._install(RoundResult(Generation(3, "m-1", assignors[0]), T[:2], "m-1", False))
+    timer = member._loop._timer
+    expected = 0.2 * 2.0 if hurried else 2.0
+    assert timer.time_to_next_heartbeat() == pytest.approx(expected)
+    timer.sent()
+    assert timer.time_to_next_heartbeat() == pytest.approx(expected)
+    clock.advance(member_loop.FOLLOW_UP_WINDOW_S)
+    timer.sent()
+    assert timer.time_to_next_heartbeat() == pytest.approx(2.0)

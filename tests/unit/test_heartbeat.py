@@ -125,3 +125,21 @@ def test_every_event_uses_an_explicit_now_instead_of_the_clock(timer, clock):
     assert timer.time_to_next_heartbeat(now=later) == pytest.approx(1.0)
     assert not timer.session_expired(now=later + 2.9) and timer.session_expired(now=later + 3.0)
     assert timer.should_heartbeat() is False and timer.session_expired() is False   # the clock is still at 100
+
+
+def test_hurried_heartbeats_come_sooner_for_the_window_then_at_the_interval(timer, clock):
+    timer.hurry(0.2, for_s=5.0)
+    assert timer.time_to_next_heartbeat() == pytest.approx(0.2)
+    clock.advance(0.2)
+    timer.sent()
+    assert timer.time_to_next_heartbeat() == pytest.approx(0.2)
+    clock.advance(4.9)                        # past the window
+    timer.sent()
+    assert timer.time_to_next_heartbeat() == pytest.approx(1.0)
+
+
+def test_hurry_never_slows_heartbeats_down(timer, clock):
+    timer.hurry(5.0, for_s=60.0)
+    assert timer.time_to_next_heartbeat() == pytest.approx(1.0)
+    timer.sent()
+    assert timer.time_to_next_heartbeat() == pytest.approx(1.0)
