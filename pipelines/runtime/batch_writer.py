@@ -256,7 +256,8 @@ def warm_up(spark, fmt: RecordFormat, transform: str | None, tables: TableTarget
 def warm_up_batch(kafka_rows, fmt: RecordFormat, transform: str | None, tables: TableTargets) -> None:
     """``kafka_rows`` (as Spark's Kafka source gives them) through the batch path, both tables'
     files included, keeping no partition (``keep_from`` is empty): no file is created, nothing is
-    committed anywhere."""
+    committed anywhere. Then both tables' latest snapshots are read, as a batch's plans read
+    them (this process's Delta log reading is warm too)."""
     batch = SparkBatch(kafka_rows, fmt, transform)
     dead, output = (PlannedWrite(table.file_writer(file_prefix="warm-up"), {})
                     for table in (tables.dead_table, tables.table))
@@ -268,6 +269,8 @@ def warm_up_batch(kafka_rows, fmt: RecordFormat, transform: str | None, tables: 
             batch.output(None).write(output.writer, {})
     finally:
         batch.release()
+    for table in (tables.dead_table, tables.table):
+        table.snapshot()
 
 
 RECORDED_DEAD_LETTER = "recorded_dead_letter"  # held by the dead-letter table already

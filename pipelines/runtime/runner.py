@@ -46,6 +46,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -645,8 +646,7 @@ class PipelineRunner:
     def _start_query(self) -> None:
         # Claim first, then read the recorded offsets: anything a previous owner committed before
         # the claim is seen, and anything it tries after the claim is refused.
-        epochs = self.tables.table.claim(self._owned)
-        dead_epochs = self.tables.dead_table.claim(self._owned)
+        epochs, dead_epochs = self._claim(self._owned)
         targets = TableTargets(self.tables.table, self.tables.dead_table, epochs, dead_epochs)
         checks = self._check_partitions(self._owned)
         runs = [v for v in checks.verdicts if v.runs]
@@ -682,8 +682,7 @@ class PipelineRunner:
         new = tuple(tp for tp in self._owned if tp not in self._claims)
         if not new:
             return
-        epochs = self.tables.table.claim(new)
-        dead_epochs = self.tables.dead_table.claim(new)
+        epochs, dead_epochs = self._claim(new)
         targets = self._targets
         merged = TableTargets(targets.table, targets.dead_table, {**targets.epochs, **epochs},
                               {**targets.dead_epochs, **dead_epochs})
@@ -790,12 +789,21 @@ class PipelineRunner:
     def _assignment_path(self) -> str:
         return f"{self._assignment_dir}/assignment.json"
 
+    def _claim(self, partitions) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        """Claim ``partitions`` in the output and the dead-letter table (:meth:`TxnDeltaTable.claim`),
+        both at once: two tables, two commits, each ordered only against its own table. Their
+        epochs, output table first."""
+        return at_once(lambda: self.tables.table.claim(partitions),
+                       lambda: self.tables.dead_table.claim(partitions))
+
     def _check_partitions(self, partitions) -> PartitionChecks:
         """Each partition's verdict (:func:`check_partition`) from the table's offsets and topic
-        IDs, the group's commits and the brokers' view of the logs."""
-        delta, recorded_ids = self.tables.table.recorded(partitions)
-        committed = {tp: getattr(om, "offset", om) for tp, om in self.member.committed(partitions).items()}
-        probe = self.probe.describe(partitions)
+        IDs, the group's commits and the brokers' view of the logs (the three asked at once;
+        after the claim, so the table shows anything a previous owner committed before it)."""
+        (delta, recorded_ids), committed, probe = at_once(
+            lambda: self.tables.table.recorded(partitions),
+            lambda: {tp: getattr(om, "offset", om) for tp, om in self.member.committed(partitions).items()},
+            lambda: self.probe.describe(partitions))
         verdicts, origins = [], {}
         for tp in partitions:
             log_ = probe.logs.get(tp)
@@ -1017,6 +1025,14 @@ def resolve_topics(config: PipelineSpec, timeout_s: float = 30.0) -> tuple[str, 
 
 def _without(mapping, *keys) -> dict:
     return {k: v for k, v in mapping.items() if k not in keys}
+
+
+def at_once(*calls: Callable[[], object]) -> list:
+    """Run ``calls`` on threads of their own and return their results in order; the first
+    failure (in order) is raised once every call has ended."""
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        futures = [pool.submit(call) for call in calls]
+    return [future.result() for future in futures]
 
 
 def _label(generation: Generation | None) -> str:
