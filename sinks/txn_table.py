@@ -18,7 +18,8 @@ The files' ``add`` actions and all ``txn`` actions (offsets and owners, re-asser
 commit built on that same snapshot, so a concurrent commit that touched any of these app ids makes
 ours fail (``CommitFailedError``); we re-read and re-decide, reusing the files when the plan is
 unchanged and writing again when it is not (the first files stay unreferenced). Two writers of a
-partition never both win. Thread safety: none; one instance per writer thread.
+partition never both win. Thread safety: a TxnDeltaTable keeps no state between calls, so threads
+may share one; each call works on a snapshot of its own.
 """
 from __future__ import annotations
 
@@ -137,7 +138,8 @@ class TxnDeltaTable:
     Offsets are next-offset-to-read: after a commit of range ``[start, end)`` the partition's
     offset transaction holds ``end``. Every commit is one Delta version holding the data files and
     the offset and owner transactions of its partitions, built on the snapshot it checked (CAS).
-    Not thread safe: one instance per writer thread; any number of processes may share the table.
+    Keeps no state between calls (each works on a snapshot of its own): one instance may be
+    used from several threads at once; any number of processes may share the table.
     """
 
     def __init__(self, path: str, app_id: str, schema: pa.Schema,

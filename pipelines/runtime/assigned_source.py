@@ -49,9 +49,9 @@ ASSIGNMENT_OPTION = "assignmentFile"
 SLOTS_OPTION = "taskSlots"  # the application's cores when the query started (defaultParallelism),
                             # until the assignment file says how many it has now
 HEADERS_OPTION = "includeHeaders"  # as Spark's Kafka source: "true" adds the column `headers`
-ASSIGNMENT_WAIT_OPTION = "assignmentWaitMs"  # an idle planner's wait for a new assignment (0: none)
-ASSIGNMENT_WAIT_SHARE = 0.8       # of the trigger interval: the wait ends before the next trigger is due
-ASSIGNMENT_WAIT_MAX_MS = 2_000    # and holds a stopping query up no longer than this
+TRIGGER_OPTION = "triggerIntervalMs"  # the query's processing-time interval (0: none): an idle planner's wait
+IDLE_WAIT_MARGIN_MS = 100         # an idle planner's wait ends this long before the next trigger is due
+IDLE_WAIT_MAX_MS = 2_000          # and holds a stopping query up no longer than this
 ASSIGNMENT_POLL_S = 0.02          # how often a waiting planner looks at the assignment file
 KAFKA_PREFIX = "kafka."
 LOG_END_GRACE_S = 30.0  # a partition whose log end cannot be read is held this long, then the query fails
@@ -81,7 +81,8 @@ class AssignmentFile:
             return Assignment()
 
     def version(self) -> tuple[int, int] | None:
-        """What changes with every :meth:`write` (each one is a new file); None: no file."""
+        """What changes with every :meth:`write` (each one is a new file), short of two writes
+        within one tick of the file system's clock that reuse a freed inode; None: no file."""
         try:
             found = os.stat(self.path)
         except FileNotFoundError:
@@ -112,14 +113,19 @@ PEM_FILE_SETTINGS = {"ssl.ca.location": "ssl.ca.pem", "ssl.certificate.location"
                      "ssl.key.location": "ssl.key.pem"}
 
 
-def assignment_wait_ms(trigger_interval_ms: int | None) -> int:
-    """How long an idle planner waits for a new assignment (:meth:`AssignedKafkaReader.latestOffset`)
-    under a processing-time trigger of ``trigger_interval_ms``: most of the interval, so the
-    wait ends before the next trigger is due, at most :data:`ASSIGNMENT_WAIT_MAX_MS`; none
-    without an interval (Spark plans again at once then)."""
-    if not trigger_interval_ms:
-        return 0
-    return min(int(trigger_interval_ms * ASSIGNMENT_WAIT_SHARE), ASSIGNMENT_WAIT_MAX_MS)
+def idle_wait_s(now_ms: float, trigger_interval_ms: int) -> float:
+    """How long an idle planner may wait for a new assignment (:meth:`AssignedKafkaReader.latestOffset`)
+    at wall-clock time ``now_ms`` under a processing-time trigger of ``trigger_interval_ms``.
+    Spark starts such triggers at the multiples of the interval (``ProcessingTimeExecutor``,
+    wall clock; a late one at once): the wait ends :data:`IDLE_WAIT_MARGIN_MS` (at most a fifth
+    of the interval) before the next multiple, so an idle trigger never runs into the next one,
+    and lasts at most :data:`IDLE_WAIT_MAX_MS`. None without an interval (Spark plans again at
+    once then)."""
+    if trigger_interval_ms <= 0:
+        return 0.0
+    boundary = (now_ms // trigger_interval_ms + 1) * trigger_interval_ms
+    margin = min(IDLE_WAIT_MARGIN_MS, trigger_interval_ms / 5)
+    return max(0.0, min(boundary - margin - now_ms, IDLE_WAIT_MAX_MS)) / 1000
 
 
 def assigned_source_options(client_config: Mapping[str, object], assignment_file: str | os.PathLike,
@@ -127,8 +133,8 @@ def assigned_source_options(client_config: Mapping[str, object], assignment_file
     """:func:`source_options` for a pipeline's ``source`` section (``SourceSpec``): its rate
     limits, and the TLS files given by path read here, on the driver, and passed inline
     (``ssl.*.pem``), so executors need not have them (as Spark's Kafka source does with its
-    inline PEM stores); the idle planner's wait follows the query's trigger interval
-    (:func:`assignment_wait_ms`)."""
+    inline PEM stores); ``trigger_interval_ms``: the query's processing-time interval (None:
+    none), which an idle planner's wait follows (:func:`idle_wait_s`)."""
     config = dict(client_config)
     for location, inline in PEM_FILE_SETTINGS.items():
         path = config.pop(location, None)
@@ -137,21 +143,21 @@ def assigned_source_options(client_config: Mapping[str, object], assignment_file
     limits = RateLimits(source.max_offsets_per_trigger, source.min_offsets_per_trigger,
                         source.max_trigger_delay_ms or RateLimits.max_delay_ms)
     return source_options(config, assignment_file, limits, include_headers=source.include_headers,
-                          task_slots=task_slots, assignment_wait_ms=assignment_wait_ms(trigger_interval_ms))
+                          task_slots=task_slots, trigger_interval_ms=trigger_interval_ms or 0)
 
 
 def source_options(client_config: Mapping[str, object], assignment_file: str | os.PathLike,
                    limits: RateLimits, *, include_headers: bool = False, task_slots: int = 1,
-                   assignment_wait_ms: int = 0) -> dict[str, str]:
+                   trigger_interval_ms: int = 0) -> dict[str, str]:
     """The options of :class:`AssignedKafkaSource` for librdkafka ``client_config`` (secrets
     revealed: Spark redacts them by name, see ``spark_session.OPTION_REDACTION``); ``task_slots``:
     the cores the application runs tasks on (``SparkContext.defaultParallelism``);
-    ``assignment_wait_ms``: how long an idle planner waits for a new assignment."""
+    ``trigger_interval_ms``: the query's processing-time interval (0: none; :func:`idle_wait_s`)."""
     options = {f"{KAFKA_PREFIX}{k}": str(v) for k, v in client_config.items()}
     options[ASSIGNMENT_OPTION] = str(assignment_file)
     options[HEADERS_OPTION] = str(include_headers).lower()
     options[SLOTS_OPTION] = str(max(1, int(task_slots)))
-    options[ASSIGNMENT_WAIT_OPTION] = str(max(0, int(assignment_wait_ms)))
+    options[TRIGGER_OPTION] = str(max(0, int(trigger_interval_ms)))
     if limits.max_rows is not None:
         options["maxOffsetsPerTrigger"] = str(limits.max_rows)
     if limits.min_rows is not None:
@@ -189,7 +195,8 @@ class AssignedKafkaReader(DataSourceStreamReader):
         self.assignment_file = AssignmentFile(options[ASSIGNMENT_OPTION])
         self.headers = _headers(options)
         self.task_slots = max(1, int(options.get(SLOTS_OPTION, "1")))
-        self.assignment_wait_s = max(0, int(options.get(ASSIGNMENT_WAIT_OPTION, "0"))) / 1000
+        self.trigger_interval_ms = max(0, int(options.get(TRIGGER_OPTION, "0")))
+        self._planned = False  # the query's first trigger waits for nothing (see latestOffset)
         max_rows = options.get("maxOffsetsPerTrigger")
         min_rows = options.get("minOffsetsPerTrigger")
         self.limits = RateLimits(int(max_rows) if max_rows else None, int(min_rows) if min_rows else None,
@@ -207,15 +214,21 @@ class AssignedKafkaReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict, limit) -> dict:
         """The next batch's end: the claims of the assignment file, each partition up to its
-        log end within ``limit``; ``start`` when there is nothing to read. With nothing to read,
-        waits up to ``assignmentWaitMs`` for the runner to write a new assignment and plans on
-        it: partitions claimed while the query is idle (a member that just joined, or
-        rebalanced while no record came) are read in this trigger, not the next."""
-        deadline = time.monotonic() + self.assignment_wait_s
+        log end within ``limit``; ``start`` when there is nothing to plan now (no record to
+        read and no claim changed, or ``minOffsetsPerTrigger`` holds the batch back). Then,
+        except in the query's first trigger (the runner may wait for it to be planned), it
+        waits for the runner to write a new assignment until shortly before the next trigger is
+        due (:func:`idle_wait_s`) and plans on it: partitions claimed while the query is idle (a
+        member that just joined, or rebalanced while no record came) are read in this trigger,
+        not the next. A change missed by :meth:`AssignmentFile.version` waits for the next one.
+        A query stopped meanwhile stops once the wait ends."""
+        wait_s = idle_wait_s(time.time() * 1000, self.trigger_interval_ms) if self._planned else 0.0
+        self._planned = True
+        deadline = time.monotonic() + wait_s
         while True:
             version = self.assignment_file.version()
             latest, idle = self._latest(start, limit)
-            if not idle or not self.assignment_file.wait_for_change(version, deadline):
+            if not idle or wait_s <= 0 or not self.assignment_file.wait_for_change(version, deadline):
                 return latest
 
     def _latest(self, start: dict, limit) -> tuple[dict, bool]:

@@ -104,6 +104,12 @@ class BatchGate:
             self._ended += 1
             self._cond.notify_all()
 
+    @property
+    def writing(self) -> bool:
+        """A batch is between :meth:`enter` and :meth:`exit` (its ``foreachBatch`` runs)."""
+        with self._cond:
+            return self._writing
+
     def close(self, bound_s: float) -> bool:
         """Let no further batch write; wait at most ``bound_s`` for a writing one to end. True when
         none is writing any more (False: the bound passed, a stop will cancel the batch)."""

@@ -528,17 +528,16 @@ class PipelineRunner:
 
     def _poll_between_batches(self) -> None:
         """Main thread: tell the member the application is alive (Kafka's ``poll()``) when no
-        micro-batch is running or one was committed since the last poll (a backlog runs batches
-        back to back, with no idle moment between them). A batch that runs longer than
+        micro-batch is writing (in its ``foreachBatch``, nearly all of a batch's time; a trigger
+        that only plans, e.g. the scg-kafka planner waiting for an assignment for most of the
+        interval, is not a batch) or one was committed since the last poll (a backlog runs
+        batches back to back, with no idle moment between them). A batch that runs longer than
         ``group.rebalance_timeout`` (the member's ``max_poll_interval``) therefore makes the member
         leave the group, so its partitions move to the others; it rejoins at the first poll once
         the batch has ended or its query was stopped. Lock-free: a listener stuck stopping the
         query cannot delay it."""
-        query, committed = self._query, self._batches_reported
-        try:
-            busy = query is not None and bool(query.status["isTriggerActive"])
-        except Exception:  # noqa: BLE001 - a query that cannot answer is not making progress
-            busy = query is not None
+        gate, committed = self._gate, self._batches_reported
+        busy = gate is not None and gate.writing
         if not busy or committed != self._batches_at_poll:
             self._batches_at_poll = committed
             self.member.poll()
@@ -1029,9 +1028,12 @@ def _without(mapping, *keys) -> dict:
 
 def at_once(*calls: Callable[[], object]) -> list:
     """Run ``calls`` on threads of their own and return their results in order; the first
-    failure (in order) is raised once every call has ended."""
+    failure (in order) is raised once every call has ended, any other is logged."""
     with ThreadPoolExecutor(max_workers=len(calls)) as pool:
         futures = [pool.submit(call) for call in calls]
+    failures = [f.exception() for f in futures if f.exception() is not None]
+    for other in failures[1:]:
+        log.warning("a call run alongside another that failed failed too: %r", other)
     return [future.result() for future in futures]
 
 

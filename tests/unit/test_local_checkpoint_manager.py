@@ -30,6 +30,7 @@ def test_a_manager_the_user_set_is_kept():
 def test_a_query_checkpoints_through_the_chosen_manager(spark, tmp_path):
     from pipelines.runtime.hadoop_fs import HadoopFileSystem
 
+    spark = spark.newSession()  # runtime settings of its own: runners of other tests set this one on theirs
     assert spark.conf.get(CHECKPOINT_MANAGER_SETTING, None) is None
     try:
         chosen = use_local_checkpoint_manager(spark, str(tmp_path / "ckpt"), HadoopFileSystem(spark).qualify)

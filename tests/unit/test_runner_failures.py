@@ -297,16 +297,28 @@ def test_back_to_back_batches_still_poll_once_per_committed_batch():
     h = Harness(CountingQuery(busy=True))
     h.runner.member = PollCounter()
     h.assign(1, TPS)
+    h.runner._gate.enter(TPS)  # a batch is writing
     h.runner._poll_between_batches()
-    assert h.runner.member.polls == 0  # a trigger is running and no batch was committed yet
+    assert h.runner.member.polls == 0  # a batch is writing and no batch was committed yet
     for committed in (1, 2):
         h.runner._batches_reported += 1  # as _on_batch does on the query thread
         h.runner._poll_between_batches()
         h.runner._poll_between_batches()
         assert h.runner.member.polls == committed
-    h.runner._query.busy = False
+    h.runner._gate.exit()
     h.runner._poll_between_batches()
-    assert h.runner.member.polls == 3  # idle between triggers: poll
+    assert h.runner.member.polls == 3  # idle between batches: poll
+
+
+def test_a_trigger_that_only_plans_is_not_a_batch_in_flight():
+    """Spark marks a trigger active while the scg-kafka planner waits for an assignment (most
+    of the interval): an idle member still polls, or its poll timer would expire."""
+    h = Harness(CountingQuery(busy=True))  # isTriggerActive all along
+    h.runner.member = PollCounter()
+    h.assign(1, TPS)
+    h.runner._poll_between_batches()
+    h.runner._poll_between_batches()
+    assert h.runner.member.polls == 2
 
 
 def test_an_assignment_while_the_member_stops_starts_no_query():

@@ -99,7 +99,7 @@ def test_min_rows_waits_for_data_but_never_delays_an_assignment_change(tmp_path)
     assert SourceOffset.from_dict(r.latestOffset(first, ReadMaxRows(1000))).claims == {A: 1, B: 2}
 
 
-def test_the_idle_planner_waits_for_a_new_assignment_and_plans_it(tmp_path):
+def test_the_idle_planner_waits_for_a_new_assignment_and_plans_it(tmp_path, monkeypatch):
     """Nothing to read: latestOffset waits (assignmentWaitMs) for the runner to write a new
     assignment and plans on it, so partitions claimed while the query is idle are read in this
     trigger. The file is rewritten only once the planner has asked for the log ends, i.e. after
@@ -108,7 +108,7 @@ def test_the_idle_planner_waits_for_a_new_assignment_and_plans_it(tmp_path):
 
     r = reader(tmp_path, {A: Claim(1, 0)}, {A: 5})
     first = r.latestOffset(INITIAL.to_dict(), ReadAllAvailable())
-    r.assignment_wait_s = 30.0
+    monkeypatch.setattr(assigned_source, "idle_wait_s", lambda now_ms, interval_ms: 30.0)
     asked, log_ends = threading.Event(), r._probe.log_ends
 
     def answering(partitions, committed_only=False):
@@ -125,10 +125,10 @@ def test_the_idle_planner_waits_for_a_new_assignment_and_plans_it(tmp_path):
     assert latest.claims == {A: 1, B: 2} and latest.end == {A: 5, B: 7}
 
 
-def test_the_idle_planner_answers_nothing_new_when_no_assignment_came(tmp_path):
+def test_the_idle_planner_answers_nothing_new_when_no_assignment_came(tmp_path, monkeypatch):
     r = reader(tmp_path, {A: Claim(1, 0)}, {A: 5})
     first = r.latestOffset(INITIAL.to_dict(), ReadAllAvailable())
-    r.assignment_wait_s = 0.05
+    monkeypatch.setattr(assigned_source, "idle_wait_s", lambda now_ms, interval_ms: 0.05)
     latest = SourceOffset.from_dict(r.latestOffset(first, ReadAllAvailable()))
     assert (latest.end, latest.claims) == ({A: 5}, {A: 1})
 
@@ -136,7 +136,7 @@ def test_the_idle_planner_answers_nothing_new_when_no_assignment_came(tmp_path):
 def test_a_planner_with_records_to_read_does_not_wait(tmp_path, monkeypatch):
     r = reader(tmp_path, {A: Claim(1, 0)}, {A: 5})
     first = r.latestOffset(INITIAL.to_dict(), ReadAllAvailable())
-    r.assignment_wait_s = 30.0
+    monkeypatch.setattr(assigned_source, "idle_wait_s", lambda now_ms, interval_ms: 30.0)
     monkeypatch.setattr(r.assignment_file, "wait_for_change", lambda version, deadline: pytest.fail("waited"))
     r._probe.ends[A] = 9
     assert SourceOffset.from_dict(r.latestOffset(first, ReadAllAvailable())).end == {A: 9}
@@ -152,12 +152,26 @@ def test_every_write_of_the_assignment_file_is_a_new_version(tmp_path):
     assert file.version() != before and file.wait_for_change(before, deadline=0.0)
 
 
-def test_the_idle_wait_follows_the_trigger_interval():
-    assert assigned_source.assignment_wait_ms(None) == 0 and assigned_source.assignment_wait_ms(0) == 0
-    assert assigned_source.assignment_wait_ms(500) == 400            # before the next trigger is due
-    assert assigned_source.assignment_wait_ms(60_000) == assigned_source.ASSIGNMENT_WAIT_MAX_MS
+def test_the_idle_wait_ends_before_the_next_trigger_is_due():
+    idle_wait_s = assigned_source.idle_wait_s
+    assert idle_wait_s(1_000_000, 0) == 0.0                          # no interval: Spark plans again at once
+    assert idle_wait_s(1_000_000, 500) == pytest.approx(0.4)         # a trigger on time: until 100 ms before the next
+    assert idle_wait_s(1_000_350, 500) == pytest.approx(0.05)        # a late one: the next multiple is nearer
+    assert idle_wait_s(1_000_450, 500) == 0.0                        # too near to wait at all
+    assert idle_wait_s(1_000_000, 100) == pytest.approx(0.08)        # margin: a fifth of a short interval
+    assert idle_wait_s(1_000_000, 60_000) == pytest.approx(assigned_source.IDLE_WAIT_MAX_MS / 1000)
     options = assigned_source_options({"bootstrap.servers": "x"}, "a.json", SourceConfig(), trigger_interval_ms=500)
-    assert options[assigned_source.ASSIGNMENT_WAIT_OPTION] == "400"
+    assert AssignedKafkaReader(options).trigger_interval_ms == 500
+
+
+def test_the_first_trigger_waits_for_nothing(tmp_path, monkeypatch):
+    """The runner may wait for the query's first trigger to be planned before it joins."""
+    file = AssignmentFile(tmp_path / "assignment.json")
+    r = AssignedKafkaReader(source_options({"bootstrap.servers": "x"}, file.path, RateLimits(),
+                                           trigger_interval_ms=60_000))
+    r._probe = FakeProbe({})
+    monkeypatch.setattr(r.assignment_file, "wait_for_change", lambda version, deadline: pytest.fail("waited"))
+    assert SourceOffset.from_dict(r.latestOffset(INITIAL.to_dict(), ReadAllAvailable())).claims == {}
 
 
 def test_a_log_that_went_back_below_the_query_is_data_loss(tmp_path):
