@@ -119,8 +119,8 @@ def idle_wait_s(now_ms: float, trigger_interval_ms: int) -> float:
     Spark starts such triggers at the multiples of the interval (``ProcessingTimeExecutor``,
     wall clock; a late one at once): the wait ends :data:`IDLE_WAIT_MARGIN_MS` (at most a fifth
     of the interval) before the next multiple, so an idle trigger never runs into the next one,
-    and lasts at most :data:`IDLE_WAIT_MAX_MS`. None without an interval (Spark plans again at
-    once then)."""
+    and lasts at most :data:`IDLE_WAIT_MAX_MS`. No wait without an interval (Spark plans again
+    at once then)."""
     if trigger_interval_ms <= 0:
         return 0.0
     boundary = (now_ms // trigger_interval_ms + 1) * trigger_interval_ms
