@@ -167,9 +167,8 @@ def local_checkpoint_manager(qualified_checkpoint_root: str, current: str | None
 def use_local_checkpoint_manager(spark, checkpoint_root: str, qualify: Callable[[str], str]) -> str | None:
     """Apply :func:`local_checkpoint_manager` to the session (a runtime setting: every query
     started in the session afterwards uses it, the member's and any other) for
-    ``checkpoint_root`` as ``qualify`` resolves it (a root it cannot
-    resolve, e.g. a scheme without its file system, is left to the query to report); the class
-    set, or None."""
+    ``checkpoint_root`` as ``qualify`` resolves it (a root it cannot resolve, e.g. a scheme
+    without its file system, is left to the query to report); the class set, or None."""
     try:
         qualified = qualify(checkpoint_root)
     except Exception:  # noqa: BLE001 - see the docstring
