@@ -1,8 +1,13 @@
 """Describe a consumer group the way Kafka's tools see it: state, members, assignments, offsets, lag.
 
-Everything comes from the broker through confluent-kafka's AdminClient (``describe_consumer_groups``,
-``list_consumer_group_offsets``, ``list_offsets`` for log-end offsets). Offsets follow Kafka's convention: committed = next offset to read;
-lag = log-end offset - committed offset (unknown when either is unknown).
+Everything comes from the brokers: members and assignments from confluent-kafka's AdminClient
+(``describe_consumer_groups``), log-end offsets from its ``list_offsets``, committed offsets and
+their metadata from this package's own OffsetFetch (:func:`groupmgr.offsets.fetch_all_offsets`).
+Not from ``list_consumer_group_offsets``: librdkafka copies a commit's metadata without a
+terminating NUL and confluent-kafka reads it as a C string, so metadata not written by librdkafka
+(this project's ``delta:<version>``) came back with heap bytes appended, or as UnicodeDecodeError.
+Offsets follow Kafka's convention: committed = next offset to read; lag = log-end offset -
+committed offset (unknown when either is unknown).
 
 ``describe_group`` returns an immutable :class:`GroupDescription`; ``format_table`` and ``to_json``
 render it. Stateless; thread-safe.
@@ -12,10 +17,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition as CKTopicPartition
+from confluent_kafka import KafkaException, TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from groupmgr.coordinator_client import CoordinatorClient, KafkaTransport
 from groupmgr.group_errors import GroupError
+from groupmgr.offsets import fetch_all_offsets
 from groupmgr.server_assignment import CONSUMER_GROUP, GroupRunByBroker
 
 _COLUMNS = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "INSTANCE-ID", "HOST")
@@ -72,21 +79,23 @@ class GroupDescription:
 
 
 def describe_group(bootstrap: str, group_id: str, client_config: Mapping[str, Any] | None = None,
-                   timeout_s: float = 15.0) -> GroupDescription:
-    """Describe ``group_id``; ``client_config`` adds confluent-kafka settings (``security.protocol``,
-    ``sasl.*``, ``ssl.*``). A group that does not exist comes back with state ``DEAD`` and nothing
-    else. Raises DescribeFailed when the admin requests fail or time out."""
+                   timeout_s: float = 15.0, client_kwargs: Mapping[str, Any] | None = None) -> GroupDescription:
+    """Describe ``group_id``. ``client_config`` adds confluent-kafka settings (``security.protocol``,
+    ``sasl.*``, ``ssl.*``) and ``client_kwargs`` the same connection's kafka-python settings (as
+    ``MemberConfig.client_kwargs``) for the offset fetch. A group that does not exist comes back
+    with state ``DEAD`` and nothing else. Raises DescribeFailed when a request fails or times out."""
     admin = AdminClient({**dict(client_config or {}), "bootstrap.servers": bootstrap})
     try:
-        return _describe(admin, group_id, timeout_s)
-    except (KafkaException, TimeoutError) as exc:
+        committed = _committed(bootstrap, group_id, client_kwargs, timeout_s)
+        return _describe(admin, group_id, committed, timeout_s)
+    except (KafkaException, TimeoutError, GroupError) as exc:
         raise DescribeFailed(group_id, exc) from exc
 
 
-def _describe(admin: AdminClient, group_id: str, timeout_s: float) -> GroupDescription:
+def _describe(admin: AdminClient, group_id: str, committed: Mapping[tuple[str, int], tuple[int, str]],
+              timeout_s: float) -> GroupDescription:
     desc = admin.describe_consumer_groups([group_id], request_timeout=timeout_s)[group_id].result(timeout_s)
     members = tuple(sorted((_member(m) for m in desc.members), key=lambda m: m.member_id))
-    committed = _committed(admin, group_id, timeout_s)
     owners = {tp: m.member_id for m in members for tp in m.partitions}
     keys = sorted(set(committed) | set(owners))
     log_end = _log_end_offsets(admin, keys, timeout_s)
@@ -103,12 +112,17 @@ def _member(m) -> MemberInfo:
     return MemberInfo(m.member_id, m.group_instance_id, m.client_id, m.host, partitions)
 
 
-def _committed(admin: AdminClient, group_id: str, timeout_s: float) -> dict[tuple[str, int], tuple[int, str]]:
-    """Committed (offset, metadata) per partition."""
-    request = [ConsumerGroupTopicPartitions(group_id)]
-    result = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)[group_id].result(timeout_s)
-    return {(tp.topic, tp.partition): (tp.offset, tp.metadata or "")
-            for tp in result.topic_partitions or [] if tp.offset >= 0}
+def _committed(bootstrap: str, group_id: str, client_kwargs: Mapping[str, Any] | None,
+               timeout_s: float) -> dict[tuple[str, int], tuple[int, str]]:
+    """Committed (offset, metadata) per partition, through a connection of its own (closed here)."""
+    transport = KafkaTransport(bootstrap, "scg-describe", client_kwargs)
+    client = CoordinatorClient(transport, group_id, request_timeout_ms=int(timeout_s * 1000))
+    try:
+        transport.start(timeout_s)
+        offsets = fetch_all_offsets(client, group_id, timeout_s)
+    finally:
+        client.close()
+    return {(tp.topic, tp.partition): (om.offset, om.metadata) for tp, om in offsets.items()}
 
 
 def _log_end_offsets(admin: AdminClient, keys: list[tuple[str, int]], timeout_s: float) -> dict[tuple[str, int], int]:

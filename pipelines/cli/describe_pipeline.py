@@ -46,14 +46,15 @@ def describe_command(args) -> int:
 
 def _describe_pipeline(path: str, as_json: bool) -> int:
     from pipelines.config import load_pipeline
-    from pipelines.runtime.runner import resolve_topics
+    from pipelines.runtime.runner import member_config_for, resolve_topics
     from pipelines.runtime.broker_probe import log_end_offsets
     from sinks.data_files import unreferenced_files
     from sinks.txn_table import read_recorded_offsets
 
     config = load_pipeline(path)
     client = {k: v for k, v in config.kafka.confluent_config().items() if k != "bootstrap.servers"}
-    desc = describe_group(config.kafka.bootstrap_string, config.group.id, client)
+    desc = describe_group(config.kafka.bootstrap_string, config.group.id, client,
+                          client_kwargs=member_config_for(config).client_kwargs)
     partitions = _topic_partitions(config, resolve_topics(config))
     delta = read_recorded_offsets(config.sink.path, config.name, partitions,
                                   config.storage.delta_storage_options())

@@ -312,3 +312,21 @@ def test_member_survives_coordinator_crash(tmp_path, closer):
     assert member.committed([TP(topic, 0)])[TP(topic, 0)].offset == 9
     new_coordinator = admin.describe_consumer_groups([group])[group].result(30).coordinator.id
     assert new_coordinator != node_id
+
+def test_describe_shows_each_commit_s_metadata_exactly(bootstrap, unique_name, closer):
+    """The metadata a member commits (``delta:<version>``, a stopped partition's condition) reads
+    back byte for byte: librdkafka hands confluent-kafka metadata without a terminating NUL, which
+    confluent-kafka reads as a C string (trailing heap bytes, or UnicodeDecodeError)."""
+    from groupmgr.describe import describe_group
+
+    expected = create_topics(bootstrap, {unique_name: 8})
+    member, _ = start_member(bootstrap, unique_name, [unique_name])
+    closer(lambda: member.close(timeout_s=10))
+    wait_until(lambda: settled([member], expected), 30, "the member to own every partition")
+    written = {tp: OffsetAndMetadata(1 + tp.partition, "delta:" + "7" * (1 + tp.partition)) for tp in expected}
+    written[TP(unique_name, 0)] = OffsetAndMetadata(1, "stopped:POISON_PILL: record 0 ü")
+    member.commit_offsets(written)
+    want = {(tp.topic, tp.partition): (om.offset, om.metadata) for tp, om in written.items()}
+    for _ in range(40):
+        seen = {(p.topic, p.partition): (p.committed, p.metadata) for p in describe_group(bootstrap, unique_name).partitions}
+        assert seen == want
