@@ -236,11 +236,13 @@ class PipelineRunner:
         in a cooperative one): the query stops at a batch boundary; ``on_assigned`` follows with
         the new assignment."""
         with self._lock:
-            self.progress.revoked(partitions, "the query reads them no more after its current batch"
-                                  if self._follow else "stopping the query")
-            if self._follow:
+            if self._closing:  # the gate is closed: the query writes nothing more, it stops after the leave
+                self.progress.revoked(partitions, "leaving the group; the query writes no further batch")
+            elif self._follow:
+                self.progress.revoked(partitions, "the query reads them no more after its current batch")
                 self._release(partitions)
             else:
+                self.progress.revoked(partitions)
                 self._stop_query(graceful=True)
             revoked = set(partitions)
             self._owned = tuple(tp for tp in self._owned if tp not in revoked)
@@ -298,15 +300,26 @@ class PipelineRunner:
                 if until is not None and until():
                     break
         finally:
-            with self._lock:
-                self._closing = True
-                self._stop_query(graceful=True)
-            self.member.close()
+            self._leave()
             self.probe.close()
             if self._assignment_dir is not None:
                 shutil.rmtree(self._assignment_dir, ignore_errors=True)
 
     # -- internals --------------------------------------------------------------------------------
+    def _leave(self) -> None:
+        """Leave the group as soon as the query writes nothing more, then stop the query: the
+        partitions' next owners need not wait for Spark to stop it (measured: 0.8 s between a
+        leaving member's last batch and its LeaveGroup when the stop came first). The batch
+        writing now ends first (the gate); one still writing after :data:`GRACEFUL_STOP_S` is
+        cancelled before the member leaves."""
+        with self._lock:
+            self._closing = True
+            if not self._close_gate():
+                self._stop_query()
+        self.member.close()  # on_revoked, then LeaveGroup
+        with self._lock:
+            self._stop_query()
+
     def _wait_for_wake(self, stop: threading.Event) -> None:
         """Main thread: up to :data:`POLL_S`, ended at once by an assignment (``_wake``) and
         within :data:`STOP_CHECK_S` by ``stop``: a stop closes the batch gate before Spark starts
@@ -903,12 +916,18 @@ class PipelineRunner:
             raise SourceChanged(TOPIC_RECREATED, f"topic(s) {', '.join(changed)} no longer have the ID the "
                                                  "query started with (deleted, or deleted and created again)")
 
+    def _close_gate(self) -> bool:
+        """Let the micro-batch writing now end (at most :data:`GRACEFUL_STOP_S`) and no further
+        one write. True when no batch of the query writes any more (or there is no query)."""
+        if self._query is None or self._gate is None or self._gate.close(GRACEFUL_STOP_S):
+            return True
+        log.warning("a micro-batch still ran after %.0fs; stopping the query cancels it", GRACEFUL_STOP_S)
+        return False
+
     def _stop_query(self, graceful: bool = False) -> None:
-        """Stop the query (``graceful``: first let a running micro-batch finish, at most
-        :data:`GRACEFUL_STOP_S`) and drop its checkpoint."""
-        if self._query is not None and graceful and self._gate is not None:
-            if not self._gate.close(GRACEFUL_STOP_S):
-                log.warning("a micro-batch still ran after %.0fs; stopping the query cancels it", GRACEFUL_STOP_S)
+        """Stop the query (``graceful``: first :meth:`_close_gate`) and drop its checkpoint."""
+        if graceful:
+            self._close_gate()
         if self._query is not None:
             try:
                 self._query.stop()

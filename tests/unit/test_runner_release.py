@@ -101,3 +101,46 @@ def test_the_main_loop_sees_a_stop_without_waiting_out_its_poll(tmp_path, monkey
     assert returned.wait(WAIT_S)
     runner._wake.set()  # and an assignment ends the wait too
     assert runner._wait_for_wake(threading.Event()) is None
+
+
+class LeavingMember:
+    """Plays GroupMember.close for the runner: on_revoked with what it owns, then LeaveGroup,
+    noting whether the query had been stopped by then."""
+
+    def __init__(self, runner, query) -> None:
+        self.runner, self.query = runner, query
+        self.query_stopped_when_left = None
+
+    def close(self) -> None:
+        self.runner.on_revoked(list(self.runner._owned))
+        self.query_stopped_when_left = self.query.stopped
+
+
+def leave_in_background(runner):
+    returned = threading.Event()
+    threading.Thread(target=lambda: (runner._leave(), returned.set()), daemon=True).start()
+    return returned
+
+
+def test_a_stopping_member_leaves_once_its_batch_ended_and_stops_the_query_after(tmp_path):
+    runner = following_runner(tmp_path)
+    query, gate = runner._query, runner._gate
+    runner.member = LeavingMember(runner, query)
+    gate.enter([A, B])                        # a batch is writing when the member stops
+    returned = leave_in_background(runner)
+    assert not returned.wait(0.3)             # it is not cut short...
+    assert runner.member.query_stopped_when_left is None
+    gate.exit()
+    assert returned.wait(WAIT_S)              # ...the member leaves once it ended, the query still running
+    assert runner.member.query_stopped_when_left is False and query.stopped
+    assert not gate.enter([A])                # and no later batch of that query writes
+
+
+def test_a_batch_writing_past_the_grace_period_is_cancelled_before_the_member_leaves(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner_module, "GRACEFUL_STOP_S", 0.2)
+    runner = following_runner(tmp_path)
+    query, gate = runner._query, runner._gate
+    runner.member = LeavingMember(runner, query)
+    gate.enter([A, B])                        # and never ends
+    assert leave_in_background(runner).wait(WAIT_S)
+    assert runner.member.query_stopped_when_left is True
