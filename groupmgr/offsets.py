@@ -105,15 +105,19 @@ def commit_offsets(client: CoordinatorClient, group_id: str, generation: Generat
                 deadline=client.deadline(timeout_s))
 
 
-def _fetch_request(group_id: str, partitions: list[TopicPartition] | None) -> OffsetFetchRequest:
-    """``partitions`` None asks for every partition the group has an offset for (null topics)."""
-    grouped = _by_topic(partitions) if partitions is not None else None
-    topics = None if grouped is None else [_FetchTopic(name=t, partition_indexes=ps) for t, ps in grouped.items()]
-    group_topics = None if grouped is None else [_FetchGroupTopic(name=t, partition_indexes=ps)
-                                                 for t, ps in grouped.items()]
+def _fetch_request(group_id: str, partitions: list[TopicPartition] | None,
+                   require_stable: bool = True) -> OffsetFetchRequest:
+    """``partitions`` None asks for every partition the group has an offset for (null topics,
+    OffsetFetch v2+)."""
+    if partitions is None:
+        return OffsetFetchRequest(group_id=group_id, topics=None, groups=[_FetchGroup(group_id=group_id, topics=None)],
+                                  require_stable=require_stable, min_version=2, max_version=MAX_FETCH_VERSION)
+    grouped = _by_topic(partitions)
+    topics = [_FetchTopic(name=t, partition_indexes=ps) for t, ps in grouped.items()]
+    group_topics = [_FetchGroupTopic(name=t, partition_indexes=ps) for t, ps in grouped.items()]
     return OffsetFetchRequest(group_id=group_id, topics=topics,
                               groups=[_FetchGroup(group_id=group_id, topics=group_topics)],
-                              require_stable=True, max_version=MAX_FETCH_VERSION)
+                              require_stable=require_stable, max_version=MAX_FETCH_VERSION)
 
 
 def _parse_fetch_response(response, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
@@ -151,8 +155,9 @@ def fetch_offsets(client: CoordinatorClient, group_id: str, partitions: Iterable
 def fetch_all_offsets(client: CoordinatorClient, group_id: str,
                       timeout_s: float = 30.0) -> dict[TopicPartition, OffsetAndMetadata]:
     """Every committed offset of ``group_id`` (OffsetFetch with null topics), metadata exact as
-    committed; otherwise as :func:`fetch_offsets`."""
-    return client.call(lambda: _fetch_request(group_id, None),
+    committed, for views: without ``require_stable`` (a pending transactional commit is not
+    waited for; the last stable offset is given). Partitions without one are absent."""
+    return client.call(lambda: _fetch_request(group_id, None, require_stable=False),
                        lambda response: _parse_fetch_response(response, group_id),
                        deadline=client.deadline(timeout_s))
 

@@ -133,10 +133,11 @@ class BatchGate:
         after it are planned after the caller took the partitions out), or once a batch that
         began after ``mark`` reads none of them; whichever comes first. A member revoking
         partitions in the middle of a batch is thus released when that batch ends, not when
-        the next one begins."""
+        the next one begins. A closed gate with no batch writing is released too: no batch of
+        this query writes any more."""
         gone = frozenset(partitions)
         with self._cond:
-            return self._cond.wait_for(lambda: self._ended > mark.ended
+            return self._cond.wait_for(lambda: self._ended > mark.ended or (self._closed and not self._writing)
                                        or (self._entered > mark.entered and not (self._reading & gone)), bound_s)
 
 

@@ -238,6 +238,7 @@ class PipelineRunner:
         with self._lock:
             if self._closing:  # the gate is closed: the query writes nothing more, it stops after the leave
                 self.progress.revoked(partitions, "leaving the group; the query writes no further batch")
+                self._claims = {tp: c for tp, c in self._claims.items() if tp not in set(partitions)}
             elif self._follow:
                 self.progress.revoked(partitions, "the query reads them no more after its current batch")
                 self._release(partitions)
@@ -316,9 +317,11 @@ class PipelineRunner:
             self._closing = True
             if not self._close_gate():
                 self._stop_query()
-        self.member.close()  # on_revoked, then LeaveGroup
-        with self._lock:
-            self._stop_query()
+        try:
+            self.member.close()  # on_revoked, then LeaveGroup
+        finally:
+            with self._lock:
+                self._stop_query()
 
     def _wait_for_wake(self, stop: threading.Event) -> None:
         """Main thread: up to :data:`POLL_S`, ended at once by an assignment (``_wake``) and

@@ -321,3 +321,19 @@ def test_a_rehearsed_batch_goes_to_the_rehearsal_and_writes_nothing():
     writer(None, 1)
     assert rehearsed == [("rows", RANGES)]
     assert calls == ["dead", "table", "released", ("kafka", {TopicPartition("t", 0): 5}, "delta:7"), "report"]
+
+
+def test_a_closed_gate_with_no_batch_writing_is_released():
+    """A stopping member closed the gate: no batch of the query writes any more, so a partition
+    revoked then (a rebalance during the leave) is released at once, not after a batch boundary
+    that never comes; while a batch still writes, only its end releases."""
+    gate, a = BatchGate(), TopicPartition("t", 0)
+    gate.enter([a])
+    gate.close(0.0)               # closing while a batch writes
+    mark = gate.mark()
+    assert not gate.released([a], mark, 0.05)
+    gate.exit()
+    assert gate.released([a], mark, 0.05)
+    assert gate.released([a], gate.mark(), 0.05)
+    assert not gate.enter([a])    # a batch Spark starts now writes nothing
+    assert gate.released([a], gate.mark(), 0.05)

@@ -144,3 +144,17 @@ def test_a_batch_writing_past_the_grace_period_is_cancelled_before_the_member_le
     gate.enter([A, B])                        # and never ends
     assert leave_in_background(runner).wait(WAIT_S)
     assert runner.member.query_stopped_when_left is True
+
+
+def test_a_rebalance_during_the_leave_releases_at_once(tmp_path):
+    """A cooperative round under way when the member stops: its on_assigned / on_fenced after the
+    gate closed give the partitions up at once (no batch of the query writes any more), so the
+    member still leaves promptly."""
+    runner = following_runner(tmp_path)
+    runner._closing = True
+    assert runner._gate.close(0.0)
+    returned = threading.Event()
+    threading.Thread(target=lambda: (runner.on_fenced(RuntimeError("generation gone")), returned.set()),
+                     daemon=True).start()
+    assert returned.wait(WAIT_S)
+    assert runner._claims == {}
