@@ -238,7 +238,6 @@ class PipelineRunner:
         with self._lock:
             if self._closing:  # the gate is closed: the query writes nothing more, it stops after the leave
                 self.progress.revoked(partitions, "leaving the group; the query writes no further batch")
-                self._claims = {tp: c for tp, c in self._claims.items() if tp not in set(partitions)}
             elif self._follow:
                 self.progress.revoked(partitions, "the query reads them no more after its current batch")
                 self._release(partitions)

@@ -313,6 +313,7 @@ def test_member_survives_coordinator_crash(tmp_path, closer):
     new_coordinator = admin.describe_consumer_groups([group])[group].result(30).coordinator.id
     assert new_coordinator != node_id
 
+
 def test_describe_shows_each_commit_s_metadata_exactly(bootstrap, unique_name, closer):
     """The metadata a member commits (``delta:<version>``, a stopped partition's condition) reads
     back byte for byte: librdkafka hands confluent-kafka metadata without a terminating NUL, which

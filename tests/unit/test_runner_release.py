@@ -37,10 +37,15 @@ def following_runner(tmp_path) -> PipelineRunner:
     return runner
 
 
-def revoke_in_background(runner, partitions):
+def in_background(call) -> threading.Event:
+    """Run ``call`` on a thread of its own; the event is set once it returned."""
     returned = threading.Event()
-    threading.Thread(target=lambda: (runner.on_revoked(partitions), returned.set()), daemon=True).start()
+    threading.Thread(target=lambda: (call(), returned.set()), daemon=True).start()
     return returned
+
+
+def revoke_in_background(runner, partitions):
+    return in_background(lambda: runner.on_revoked(partitions))
 
 
 def wait_for_file_without(runner, tp) -> None:
@@ -94,8 +99,8 @@ def test_the_main_loop_sees_a_stop_without_waiting_out_its_poll(tmp_path, monkey
     another batch, not after its poll interval."""
     monkeypatch.setattr(runner_module, "POLL_S", 600.0)
     runner = following_runner(tmp_path)
-    stop, returned = threading.Event(), threading.Event()
-    threading.Thread(target=lambda: (runner._wait_for_wake(stop), returned.set()), daemon=True).start()
+    stop = threading.Event()
+    returned = in_background(lambda: runner._wait_for_wake(stop))
     assert not returned.wait(0.2)
     stop.set()
     assert returned.wait(WAIT_S)
@@ -116,18 +121,12 @@ class LeavingMember:
         self.query_stopped_when_left = self.query.stopped
 
 
-def leave_in_background(runner):
-    returned = threading.Event()
-    threading.Thread(target=lambda: (runner._leave(), returned.set()), daemon=True).start()
-    return returned
-
-
 def test_a_stopping_member_leaves_once_its_batch_ended_and_stops_the_query_after(tmp_path):
     runner = following_runner(tmp_path)
     query, gate = runner._query, runner._gate
     runner.member = LeavingMember(runner, query)
     gate.enter([A, B])                        # a batch is writing when the member stops
-    returned = leave_in_background(runner)
+    returned = in_background(runner._leave)
     assert not returned.wait(0.3)             # it is not cut short...
     assert runner.member.query_stopped_when_left is None
     gate.exit()
@@ -142,7 +141,7 @@ def test_a_batch_writing_past_the_grace_period_is_cancelled_before_the_member_le
     query, gate = runner._query, runner._gate
     runner.member = LeavingMember(runner, query)
     gate.enter([A, B])                        # and never ends
-    assert leave_in_background(runner).wait(WAIT_S)
+    assert in_background(runner._leave).wait(WAIT_S)
     assert runner.member.query_stopped_when_left is True
 
 
@@ -153,8 +152,5 @@ def test_a_rebalance_during_the_leave_releases_at_once(tmp_path):
     runner = following_runner(tmp_path)
     runner._closing = True
     assert runner._gate.close(0.0)
-    returned = threading.Event()
-    threading.Thread(target=lambda: (runner.on_fenced(RuntimeError("generation gone")), returned.set()),
-                     daemon=True).start()
-    assert returned.wait(WAIT_S)
+    assert in_background(lambda: runner.on_fenced(RuntimeError("generation gone"))).wait(WAIT_S)
     assert runner._claims == {}
