@@ -49,7 +49,7 @@ from groupmgr.generation import Generation, MemberState
 from groupmgr.listener import ListenerDispatcher, RebalanceListener
 from groupmgr.member_config import MemberConfig
 from groupmgr.member_loop import ENDED, MemberLoop, MemberStatus
-from groupmgr.offsets import OffsetAndMetadata, commit_offsets, fetch_offsets
+from groupmgr.offsets import OffsetAndMetadata, commit_offsets, fetch_all_offsets, fetch_offsets
 
 __all__ = ["GroupMember", "MemberConfig", "RebalanceListener"]
 log = logging.getLogger(__name__)
@@ -238,6 +238,18 @@ class GroupMember:
         self._check_running()
         timeout_s = timeout_s or self.config.request_timeout_ms / 1000
         return fetch_offsets(self._offsets(timeout_s), self.config.group_id, partitions, timeout_s)
+
+    def group_offsets(self, timeout_s: float | None = None) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Every committed offset of the group, whoever committed it (OffsetFetch for all
+        partitions, without ``require_stable``: a pending transactional commit gives the last
+        stable offset), metadata exact. Usable before :meth:`start` (e.g. to judge the group's
+        backlog before joining): it opens the offsets' own connection, which the member then uses.
+        Raises MemberClosedError after :meth:`close`."""
+        with self._status.cond:
+            if self._status.state is MemberState.CLOSED or self._status.stopping.is_set():
+                raise MemberClosedError(f"member of group {self.config.group_id} is closed")
+        timeout_s = timeout_s or self.config.request_timeout_ms / 1000
+        return fetch_all_offsets(self._offsets(timeout_s), self.config.group_id, timeout_s)
 
     def _offsets(self, timeout_s: float) -> CoordinatorClient:
         """The client offset requests go through: its own connection to the coordinator, opened

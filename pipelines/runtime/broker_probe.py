@@ -1,6 +1,9 @@
 """What the brokers say about partitions now: earliest and end offsets and the topic's ID
-(ListOffsets and DescribeTopics through one confluent-kafka AdminClient), and a consumer group's
-members (DescribeGroups) and backlog (OffsetFetch).
+(ListOffsets and DescribeTopics through one confluent-kafka AdminClient), a consumer group's
+members (DescribeGroups), and how far given committed offsets are behind the log ends. Committed
+offsets come from the member's own OffsetFetch (``GroupMember.group_offsets``), not from
+``list_consumer_group_offsets``: confluent-kafka reads a commit's metadata, which librdkafka
+copies without a terminating NUL, as a C string (past the end of its buffer).
 
 Each partition gets its own answer: a partition whose leader is missing, whose topic is unknown,
 or whose request timed out is reported with that condition while the others are described
@@ -149,28 +152,10 @@ class BrokerProbe:
                 log.debug("describing group %s: %s", group_id, condition)
                 return None
 
-    def group_backlog(self, group_id: str, topics: Iterable[str] | None = None) -> int | None:
-        """How many records consumer group ``group_id``'s committed offsets (of ``topics`` only,
-        when given) are behind the log ends (OffsetFetch and ListOffsets; a partition whose log
-        end the brokers did not answer counts 0). None when that is unknown: the brokers did not
-        give the committed offsets, or there is none (a new group: its backlog is whatever
-        ``starting_offsets`` makes of the logs)."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
-
-        with self._lock:
-            admin = self._client()
-            try:
-                futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id)],
-                                                            request_timeout=self.timeout_s)
-                listed = futures[group_id].result(self.timeout_s).topic_partitions or []
-            except (KafkaException, TimeoutError) as exc:  # concurrent.futures' TimeoutError is the builtin
-                log.debug("committed offsets of group %s: %s", group_id, _condition(exc))
-                return None
-        wanted = None if topics is None else set(topics)
-        committed = {TopicPartition(tp.topic, tp.partition): tp.offset for tp in listed
-                     if tp.offset >= 0 and (wanted is None or tp.topic in wanted)}
-        if not committed:
-            return None
+    def backlog(self, committed: Mapping[TopicPartition, int]) -> int:
+        """How many records the ``committed`` offsets (next offsets to read, e.g. a group's) are
+        behind the log ends (ListOffsets); a partition whose log end the brokers did not answer
+        counts 0."""
         ends = self.log_ends(committed)[0]
         return sum(max(0, ends[tp] - offset) for tp, offset in committed.items() if tp in ends)
 

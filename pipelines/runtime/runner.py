@@ -473,10 +473,13 @@ class PipelineRunner:
                 return "the group has no member", 0
             if group.instance_id is not None and group.instance_id in members:
                 return f"this member's instance id {group.instance_id!r} still holds its partitions", len(members)
-            backlog = self.probe.group_backlog(group.id, self.config.topics or None)
-            per_round = len(members) * self.config.source.max_offsets_per_trigger
-            if backlog is None:
+            topics = set(self.config.topics or ())
+            committed = {tp: c.offset for tp, c in self.member.group_offsets(self.probe.timeout_s).items()
+                         if not topics or tp.topic in topics}
+            if not committed:
                 return "the group's backlog is unknown (no committed offset yet)", len(members)
+            backlog = self.probe.backlog(committed)
+            per_round = len(members) * self.config.source.max_offsets_per_trigger
             if backlog > per_round:
                 return (f"the group is {backlog:,} records behind, more than its {len(members)} member(s) "
                         f"read in a batch each ({per_round:,})"), len(members)

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from groupmgr.assignors import TopicPartition as TP
 from groupmgr.coordinator_client import CoordinatorClient, KafkaTransport
-from groupmgr.group_errors import GroupError, StaleGenerationError
+from groupmgr.group_errors import GroupError, MemberClosedError, StaleGenerationError
 from groupmgr.generation import Generation, MemberState
 from groupmgr.member import GroupMember, MemberConfig
 from groupmgr.offsets import OffsetAndMetadata, commit_offsets
@@ -331,3 +331,22 @@ def test_describe_shows_each_commit_s_metadata_exactly(bootstrap, unique_name, c
     for _ in range(40):
         seen = {(p.topic, p.partition): (p.committed, p.metadata) for p in describe_group(bootstrap, unique_name).partitions}
         assert seen == want
+
+
+def test_a_member_reads_its_group_s_offsets_before_it_joins(bootstrap, unique_name, closer):
+    """``group_offsets`` (the backlog a member judges before joining): every partition's committed
+    offset, whoever committed it, metadata exact, from a member that has not started; refused once
+    it is closed."""
+    expected = create_topics(bootstrap, {unique_name: 3})
+    member, _ = start_member(bootstrap, unique_name, [unique_name])
+    closer(lambda: member.close(timeout_s=10))
+    wait_until(lambda: settled([member], expected), 30, "the member to own every partition")
+    written = {tp: OffsetAndMetadata(5 + tp.partition, "delta:" + "9" * (1 + tp.partition)) for tp in expected}
+    member.commit_offsets(written)
+    config = MemberConfig(bootstrap_servers=bootstrap, group_id=unique_name, topics=(unique_name,), **FAST)
+    joining = GroupMember(config, Recorder())
+    closer(lambda: joining.close(timeout_s=10))
+    assert joining.group_offsets(10.0) == written
+    joining.close(timeout_s=10)
+    with pytest.raises(MemberClosedError):
+        joining.group_offsets(10.0)

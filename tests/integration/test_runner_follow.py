@@ -143,10 +143,11 @@ def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap
                                              "  warm_up_limit: 4s\n  max_offsets_per_trigger: 10\n"))
     config = load_pipeline(path)
     partitions = [TopicPartition(unique_name, p) for p in range(2)]
-    lines, members = [], []
+    lines, members, readers = [], [], []
 
-    def factory(cfg, listener):
-        members.append(StaticMember(listener, partitions))
+    def factory(cfg, listener):  # the group's offsets as the brokers have them, through a member that never joins
+        readers.append(group_member_factory(cfg, listener))
+        members.append(StaticMember(listener, partitions, group_offsets=readers[-1].group_offsets))
         return members[-1]
 
     def warmed_lines():
@@ -189,5 +190,6 @@ def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap
         assert runner._query.id == query_id
     finally:
         runner._stop_query(graceful=True)
+        readers[0].close(timeout_s=10)
     rows = delta_coordinates(spark, config.sink.path)
     assert len(rows) == len(set(rows)) and set(rows) == produced

@@ -1,14 +1,15 @@
 """BrokerProbe.group_members: which members a group has (their group.instance.id), asked again
 while the coordinator answers a transient error, None when the brokers do not say; and
-group_backlog: how far its committed offsets are behind the log ends (pure unit: a scripted
-AdminClient, confluent-kafka's own error and TopicPartition types)."""
+backlog: how far committed offsets are behind the log ends (pure unit: a scripted AdminClient,
+confluent-kafka's own error type)."""
 from __future__ import annotations
 
 from concurrent.futures import Future
 from types import SimpleNamespace
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition as CKTopicPartition
+from confluent_kafka import KafkaError, KafkaException
 
+from groupmgr.core import TopicPartition
 from pipelines.runtime.broker_probe import BrokerProbe
 
 
@@ -74,20 +75,11 @@ def test_a_permanent_error_is_none_at_once():
     assert _members(admin) is None and admin.calls == 1
 
 
-class OffsetsAdmin:
-    """Answers list_consumer_group_offsets (committed offsets, -1001 for none) and list_offsets (log ends)."""
+class LogEndsAdmin:
+    """Answers list_offsets with the given log ends."""
 
-    def __init__(self, committed, ends, fail: KafkaError | None = None):
-        self.committed, self.ends, self.fail = committed, ends, fail
-
-    def list_consumer_group_offsets(self, request, request_timeout):
-        future = Future()
-        if self.fail is not None:
-            future.set_exception(KafkaException(self.fail))
-        else:
-            future.set_result(SimpleNamespace(topic_partitions=[
-                CKTopicPartition(t, p, offset) for (t, p), offset in self.committed.items()]))
-        return {request[0].group_id: future}
+    def __init__(self, ends):
+        self.ends = ends
 
     def list_offsets(self, requests, isolation_level=None, request_timeout=None):
         futures = {}
@@ -98,22 +90,8 @@ class OffsetsAdmin:
         return futures
 
 
-def _backlog(admin: OffsetsAdmin, topics=None):
-    probe = BrokerProbe({"bootstrap.servers": "unused:9092"}, admin_factory=lambda config: admin)
-    return probe.group_backlog("g", topics)
-
-
 def test_the_backlog_is_what_the_committed_offsets_are_behind():
-    admin = OffsetsAdmin({("t", 0): 10, ("t", 1): 95, ("t", 2): -1001}, {("t", 0): 110, ("t", 1): 100, ("t", 2): 7})
-    assert _backlog(admin) == 105   # 100 + 5; partition 2 has no committed offset
-
-
-def test_only_the_given_topics_count():
-    admin = OffsetsAdmin({("t", 0): 10, ("old", 0): 0}, {("t", 0): 110, ("old", 0): 5000})
-    assert _backlog(admin, ["t"]) == 100 and _backlog(admin) == 5100
-
-
-def test_a_backlog_the_brokers_did_not_give_or_without_commits_is_none():
-    assert _backlog(OffsetsAdmin({}, {}, fail=KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))) is None
-    assert _backlog(OffsetsAdmin({}, {})) is None                       # a new group
-    assert _backlog(OffsetsAdmin({("t", 0): -1001}, {("t", 0): 9})) is None
+    admin = LogEndsAdmin({("t", 0): 110, ("t", 1): 100, ("t", 2): 7})
+    probe = BrokerProbe({"bootstrap.servers": "unused:9092"}, admin_factory=lambda config: admin)
+    assert probe.backlog({TopicPartition("t", 0): 10, TopicPartition("t", 1): 95}) == 105  # 100 + 5
+    assert probe.backlog({TopicPartition("t", 2): 9}) == 0  # a log end below the offset is not negative

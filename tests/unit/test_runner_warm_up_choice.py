@@ -1,17 +1,24 @@
 """How long an scg-kafka member rehearses before it joins (PipelineRunner._warm_up_rounds and
 _who_waits, pure: the group's members, as their group.instance.id, and its backlog come from a
-fake probe)."""
+fake probe, its committed offsets from a fake member)."""
 import threading
 from types import SimpleNamespace
 
+from groupmgr.core import TopicPartition
+from groupmgr.offsets import OffsetAndMetadata
 from pipelines.runtime.runner import PipelineRunner
 
 
 def _runner(members=(None,), backlog: int | None = 0, limit_ms: int = 60_000, trigger_ms: int = 500,
             instance_id: str | None = None, per_batch: int = 500_000, topics=("t",), asked=None):
-    def group_backlog(group_id, topics):
+    committed = {} if backlog is None else {TopicPartition(t, 0): 0 for t in topics} | {TopicPartition("other", 0): 0}
+
+    def group_offsets(timeout_s):
+        return {tp: OffsetAndMetadata(offset) for tp, offset in committed.items()}
+
+    def probe_backlog(offsets):
         if asked is not None:
-            asked.append(topics)
+            asked.append(sorted(offsets))
         return backlog
 
     def group_members(group_id, patience_s, sleep):
@@ -20,7 +27,8 @@ def _runner(members=(None,), backlog: int | None = 0, limit_ms: int = 60_000, tr
         return members
 
     runner = SimpleNamespace(
-        probe=SimpleNamespace(group_members=group_members, group_backlog=group_backlog),
+        probe=SimpleNamespace(group_members=group_members, backlog=probe_backlog, timeout_s=5.0),
+        member=SimpleNamespace(group_offsets=group_offsets),
         config=SimpleNamespace(group=SimpleNamespace(id="g", instance_id=instance_id), topics=topics,
                                trigger=SimpleNamespace(processing_time_ms=trigger_ms),
                                source=SimpleNamespace(warm_up_limit_ms=limit_ms, max_offsets_per_trigger=per_batch)))
@@ -37,7 +45,7 @@ def test_while_others_read_the_group_s_partitions_it_rehearses_up_to_the_limit()
     rounds, why = _rounds(members=(None, "static-b"), backlog=12, limit_ms=45_000, asked=asked)
     assert rounds.max_seconds == 45.0 and rounds.max_batches > 1 and rounds.trigger_s == 0.5
     assert why.startswith("the group's 2 member(s) read its partitions meanwhile") and why.endswith("within 45s")
-    assert asked == [("t",)]  # the backlog of the pipeline's topics only
+    assert asked == [[TopicPartition("t", 0)]]  # the backlog of the pipeline's topics only
 
 
 def test_an_empty_group_waits_for_nobody_one_batch():
@@ -82,4 +90,4 @@ def test_a_limit_of_zero_or_a_failed_check_is_one_batch():
 def test_a_pattern_subscription_counts_every_committed_topic():
     asked = []
     _rounds(topics=(), asked=asked)
-    assert asked == [None]
+    assert asked == [[TopicPartition("other", 0)]]
