@@ -178,7 +178,7 @@ class CoordinatorClient:
         known = self.coordinator_id
         if known is not None:
             return known
-        return self.retrying(self._find_coordinator, deadline)
+        return self.retrying(lambda: self._find_coordinator(deadline), deadline)
 
     def send_once(self, request: Any, handle: Callable[[Any], T], timeout_s: float | None = None) -> T:
         """Send ``request`` to the coordinator once; ``handle`` classifies the response.
@@ -246,9 +246,9 @@ class CoordinatorClient:
         if self._closed.is_set():
             raise MemberClosedError(f"client of group {self.group_id} is closed")
 
-    def _find_coordinator(self) -> NodeId:
+    def _find_coordinator(self, deadline: float) -> NodeId:
         request = FindCoordinatorRequest(key=self.group_id, key_type=0, coordinator_keys=[self.group_id])
-        response = self.transport.send(request, None, self.request_timeout_s)
+        response = self.transport.send(request, None, min(self.request_timeout_s, max(0.001, deadline - self._clock())))
         result = response.coordinators[0] if response.coordinators else response
         raise_for_error_code(result.error_code, f"FindCoordinator for group {self.group_id}")
         node = self.transport.add_coordinator(self.group_id, result)
@@ -284,6 +284,7 @@ class LazilyStartedClient:
         self.client = client
         self._cond = threading.Condition()
         self._state = "new"  # new -> starting -> started; any -> closed
+        self._start_attempted = False  # a failed start leaves the transport's IO thread running
 
     def get(self, timeout_s: float) -> CoordinatorClient:
         """The client, its transport started (within ``timeout_s``); raises MemberClosedError once
@@ -295,7 +296,7 @@ class LazilyStartedClient:
                 raise MemberClosedError(f"client of group {self.client.group_id} is closed")
             if self._state == "started":
                 return self.client
-            self._state = "starting"
+            self._state, self._start_attempted = "starting", True
         started = False
         try:
             self.client.retrying(lambda: self.client.transport.start(min(timeout_s, self.client.request_timeout_s)),
@@ -312,9 +313,9 @@ class LazilyStartedClient:
         return self.client
 
     def close(self) -> None:
-        """Close the client if its transport was ever started (or is starting); idempotent."""
+        """Close the client if its transport was ever started, or a start was tried; idempotent."""
         with self._cond:
-            opened = self._state in ("starting", "started")
+            opened = self._start_attempted
             self._state = "closed"
             self._cond.notify_all()
         if opened:

@@ -243,13 +243,17 @@ class GroupMember:
         """Every committed offset of the group, whoever committed it (OffsetFetch for all
         partitions, without ``require_stable``: a pending transactional commit gives the last
         stable offset), metadata exact. Usable before :meth:`start` (e.g. to judge the group's
-        backlog before joining): it opens the offsets' own connection, which the member then uses.
-        Raises MemberClosedError after :meth:`close`."""
+        backlog before joining): it opens the offsets' own connection, which the member then uses
+        (a member whose offsets share the protocol's transport, as some tests build it, can fetch
+        only once started). Opening it and fetching take about ``timeout_s`` together, at most
+        twice that. Raises MemberClosedError after :meth:`close`."""
         with self._status.cond:
             if self._status.state is MemberState.CLOSED or self._status.stopping.is_set():
                 raise MemberClosedError(f"member of group {self.config.group_id} is closed")
         timeout_s = timeout_s or self.config.request_timeout_ms / 1000
-        return fetch_all_offsets(self._offsets(timeout_s), self.config.group_id, timeout_s)
+        deadline = self._client.deadline(timeout_s)  # the offsets' client has the same clock
+        client = self._offsets(timeout_s)
+        return fetch_all_offsets(client, self.config.group_id, max(0.001, deadline - client.deadline(0)))
 
     def _offsets(self, timeout_s: float) -> CoordinatorClient:
         """The client offset requests go through: its own connection to the coordinator, opened

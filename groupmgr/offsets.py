@@ -156,8 +156,9 @@ def fetch_all_offsets(client: CoordinatorClient, group_id: str,
                       timeout_s: float = 30.0) -> dict[TopicPartition, OffsetAndMetadata]:
     """Every committed offset of ``group_id`` (OffsetFetch with null topics), metadata exact as
     committed, for views: without ``require_stable`` (a pending transactional commit is not
-    waited for; the last stable offset is given). Partitions without one are absent."""
+    waited for; the last stable offset is given). Partitions without one are absent. Each
+    attempt waits at most ``timeout_s`` too (and the client's request timeout)."""
     return client.call(lambda: _fetch_request(group_id, None, require_stable=False),
                        lambda response: _parse_fetch_response(response, group_id),
-                       deadline=client.deadline(timeout_s))
+                       deadline=client.deadline(timeout_s), timeout_s=min(client.request_timeout_s, timeout_s))
 

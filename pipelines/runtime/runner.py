@@ -273,17 +273,17 @@ class PipelineRunner:
         """Join the group and process until ``stop`` is set, ``until()`` is true, or (with an
         available-now trigger) every owned partition is caught up. Leaves the group on return."""
         stop = stop or threading.Event()
-        if self._follow:
-            with self._lock:
-                self._start_following_query()  # over no partition yet: assignments then cost no start
-            self._warm_up_in_query(stop)
-        else:
-            self._warm_up()
-        if not stop.is_set():  # a member stopped while warming up never joins
-            self.progress.note(f"joining consumer group {self.config.group.id} "
-                               f"(assignors {', '.join(self.config.group.assignors)})")
-            self.member.start()
-        try:
+        try:  # the warm-up too: it may have opened the member's offsets connection, closed by the leave
+            if self._follow:
+                with self._lock:
+                    self._start_following_query()  # over no partition yet: assignments then cost no start
+                self._warm_up_in_query(stop)
+            else:
+                self._warm_up()
+            if not stop.is_set():  # a member stopped while warming up never joins
+                self.progress.note(f"joining consumer group {self.config.group.id} "
+                                   f"(assignors {', '.join(self.config.group.assignors)})")
+                self.member.start()
             while not stop.is_set():
                 self._wait_for_wake(stop)
                 self._wake.clear()
@@ -485,6 +485,7 @@ class PipelineRunner:
                         f"read in a batch each ({per_round:,})"), len(members)
             return None, len(members)
         except Exception as exc:  # noqa: BLE001 - advisory: joining at once is always safe
+            log.debug("checking group %s before joining: %r", group.id, exc)
             return f"the group could not be checked ({type(exc).__name__})", 0
 
     def _warm_up_record_or_none(self) -> tuple[TopicPartition, int] | None:

@@ -189,7 +189,9 @@ def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap
               and table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
         assert runner._query.id == query_id
     finally:
-        runner._stop_query(graceful=True)
-        readers[0].close(timeout_s=10)
+        try:
+            runner._stop_query(graceful=True)
+        finally:
+            readers[0].close(timeout_s=10)
     rows = delta_coordinates(spark, config.sink.path)
     assert len(rows) == len(set(rows)) and set(rows) == produced

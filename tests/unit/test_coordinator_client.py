@@ -189,3 +189,28 @@ def test_a_lazily_started_client_never_started_is_not_closed():
     lazy = LazilyStartedClient(CoordinatorClient(transport, "g"))
     lazy.close()
     assert transport.starts == 0 and not transport.closed
+
+
+class FailsToStart(FakeCoordinator):
+    """A transport whose start fails (after its IO thread would have started)."""
+
+    def start(self, timeout_s: float) -> None:
+        raise CoordinatorUnreachable("bootstrap failed")
+
+
+def test_a_lazily_started_client_whose_start_failed_is_closed():
+    transport = FailsToStart({})
+    lazy = LazilyStartedClient(CoordinatorClient(transport, "g", retry_backoff_ms=1, retry_backoff_max_ms=1))
+    with pytest.raises(CoordinatorUnreachable):
+        lazy.get(0.05)
+    lazy.close()
+    assert transport.closed
+
+
+def test_finding_the_coordinator_waits_no_longer_than_its_deadline():
+    """A request timeout of an hour does not let FindCoordinator outlive the caller's deadline
+    (e.g. group_offsets' 10 s while a member warms up)."""
+    clock, transport = StepClock(), FakeCoordinator({})
+    client = CoordinatorClient(transport, "g", request_timeout_ms=3_600_000, clock=clock)
+    client.ensure_coordinator(clock.now + 2.5)
+    assert [t for name, t in transport.timeouts if name == "FindCoordinatorRequest"] == [2.5]

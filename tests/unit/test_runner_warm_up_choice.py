@@ -10,15 +10,18 @@ from pipelines.runtime.runner import PipelineRunner
 
 
 def _runner(members=(None,), backlog: int | None = 0, limit_ms: int = 60_000, trigger_ms: int = 500,
-            instance_id: str | None = None, per_batch: int = 500_000, topics=("t",), asked=None):
-    committed = {} if backlog is None else {TopicPartition(t, 0): 0 for t in topics} | {TopicPartition("other", 0): 0}
+            instance_id: str | None = None, per_batch: int = 500_000, topics=("t",), asked=None,
+            offsets_error=None):
+    committed = {} if backlog is None else {TopicPartition(t, 0): 7 for t in topics} | {TopicPartition("other", 0): 3}
 
     def group_offsets(timeout_s):
-        return {tp: OffsetAndMetadata(offset) for tp, offset in committed.items()}
+        if isinstance(offsets_error, Exception):
+            raise offsets_error
+        return {tp: OffsetAndMetadata(offset, "delta:12", leader_epoch=5) for tp, offset in committed.items()}
 
     def probe_backlog(offsets):
         if asked is not None:
-            asked.append(sorted(offsets))
+            asked.append(dict(offsets))
         return backlog
 
     def group_members(group_id, patience_s, sleep):
@@ -45,7 +48,7 @@ def test_while_others_read_the_group_s_partitions_it_rehearses_up_to_the_limit()
     rounds, why = _rounds(members=(None, "static-b"), backlog=12, limit_ms=45_000, asked=asked)
     assert rounds.max_seconds == 45.0 and rounds.max_batches > 1 and rounds.trigger_s == 0.5
     assert why.startswith("the group's 2 member(s) read its partitions meanwhile") and why.endswith("within 45s")
-    assert asked == [[TopicPartition("t", 0)]]  # the backlog of the pipeline's topics only
+    assert asked == [{TopicPartition("t", 0): 7}]  # the committed offsets of the pipeline's topics only
 
 
 def test_an_empty_group_waits_for_nobody_one_batch():
@@ -90,4 +93,9 @@ def test_a_limit_of_zero_or_a_failed_check_is_one_batch():
 def test_a_pattern_subscription_counts_every_committed_topic():
     asked = []
     _rounds(topics=(), asked=asked)
-    assert asked == [[TopicPartition("other", 0)]]
+    assert asked == [{TopicPartition("other", 0): 3}]
+
+
+def test_committed_offsets_the_brokers_did_not_give_are_joined_after_one_batch():
+    rounds, why = _rounds(members=(None,), offsets_error=TimeoutError("no answer"))
+    assert rounds.max_batches == 1 and "could not be checked (TimeoutError)" in why
