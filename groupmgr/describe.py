@@ -14,6 +14,7 @@ render it. Stateless; thread-safe.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
@@ -114,12 +115,14 @@ def _member(m) -> MemberInfo:
 
 def _committed(bootstrap: str, group_id: str, client_kwargs: Mapping[str, Any] | None,
                timeout_s: float) -> dict[tuple[str, int], tuple[int, str]]:
-    """Committed (offset, metadata) per partition, through a connection of its own (closed here)."""
+    """Committed (offset, metadata) per partition, through a connection of its own (closed here);
+    opening it and fetching share ``timeout_s``."""
     transport = KafkaTransport(bootstrap, "scg-describe", client_kwargs)
     client = CoordinatorClient(transport, group_id, request_timeout_ms=int(timeout_s * 1000))
+    deadline = time.monotonic() + timeout_s
     try:
         transport.start(timeout_s)
-        offsets = fetch_all_offsets(client, group_id, timeout_s)
+        offsets = fetch_all_offsets(client, group_id, max(0.001, deadline - time.monotonic()))
     finally:
         client.close()
     return {(tp.topic, tp.partition): (om.offset, om.metadata) for tp, om in offsets.items()}

@@ -98,10 +98,7 @@ class MemberConfig:
     def subscribed_topics(self, cluster_topics: Iterable[str]) -> tuple[str, ...]:
         """``topics``, or the sorted ``cluster_topics`` whose whole name matches ``topic_pattern``
         (the caller leaves internal topics out)."""
-        if self.topic_pattern is None:
-            return self.topics
-        pattern = re.compile(self.topic_pattern)
-        return tuple(sorted(t for t in set(cluster_topics) if pattern.fullmatch(t)))
+        return subscribed_topics(self.topics, self.topic_pattern, cluster_topics)
 
     def __repr__(self) -> str:
         shown = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "client_kwargs"}
@@ -117,3 +114,13 @@ class MemberConfig:
         return JoinSpec(self.group_id, self.topics, assignors, self.session_timeout_ms,
                         self.rebalance_timeout_ms, self.group_instance_id, self.rack_id,
                         protocol=rebalance_protocol(assignors))
+
+
+def subscribed_topics(topics: tuple[str, ...], topic_pattern: str | None,
+                      cluster_topics: Iterable[str]) -> tuple[str, ...]:
+    """``topics``, or with a ``topic_pattern`` the sorted ``cluster_topics`` whose whole name
+    matches it: the topics a member with these settings subscribes to."""
+    if topic_pattern is None:
+        return tuple(topics)
+    pattern = re.compile(topic_pattern)
+    return tuple(sorted(t for t in set(cluster_topics) if pattern.fullmatch(t)))

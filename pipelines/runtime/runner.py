@@ -56,6 +56,7 @@ from groupmgr.core import ScgError, TopicPartition
 from groupmgr.generation import Generation
 from groupmgr.kafka_faults import Backoff, Fault, FaultKind
 from groupmgr.member import GroupMember, MemberConfig
+from groupmgr.member_config import subscribed_topics
 from groupmgr.server_assignment import CONSUMER_GROUP, GroupRunByBroker, group_type_of
 from pipelines.runtime import streaming_query as queries
 from pipelines.runtime.assigned_offsets import Assignment, Claim
@@ -473,9 +474,10 @@ class PipelineRunner:
                 return "the group has no member", 0
             if group.instance_id is not None and group.instance_id in members:
                 return f"this member's instance id {group.instance_id!r} still holds its partitions", len(members)
-            topics = set(self.config.topics or ())
-            committed = {tp: c.offset for tp, c in self.member.group_offsets(self.probe.timeout_s).items()
-                         if not topics or tp.topic in topics}
+            offsets = self.member.group_offsets(self.probe.timeout_s)
+            wanted = set(subscribed_topics(tuple(self.config.topics), self.config.topic_pattern or None,
+                                           {tp.topic for tp in offsets}))  # a pattern: the topics it matches
+            committed = {tp: c.offset for tp, c in offsets.items() if tp.topic in wanted}
             if not committed:
                 return "the group's backlog is unknown (no committed offset yet)", len(members)
             backlog = self.probe.backlog(committed)
