@@ -35,6 +35,8 @@ GROUP_PATIENCE_S = 10.0       # how long group_members asks again while the brok
 # what the brokers answer for a topic that does not exist (librdkafka's names of codes 3, -188, 100)
 TOPIC_GONE = frozenset({"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC", "UNKNOWN_TOPIC_ID"})
 NO_TOPIC_ID = "TOPIC_ID_UNKNOWN"  # a describe answered the all-zero topic ID
+# conditions of the client itself, not of a topic or partition: the next call starts a new client
+CLIENT_FAILURES = frozenset({"TIMED_OUT", "TIMED_OUT_QUEUE", "CONNECTION_FAILED", "TRANSPORT", "ALL_BROKERS_DOWN"})
 
 
 class TopicIdsUnconfirmed(ScgError):
@@ -191,6 +193,7 @@ class BrokerProbe:
                 errors[topic] = NO_TOPIC_ID
             else:
                 ids[topic] = topic_fingerprint(str(topic_id))
+        self._replace_client_after(errors.values())
         return ids, errors
 
     def _offsets(self, admin, partitions, spec, errors: dict,
@@ -206,6 +209,7 @@ class BrokerProbe:
             futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=self.timeout_s)
         except Exception as exc:  # noqa: BLE001 - the whole request failed: every partition says why
             errors.update({tp: _condition(exc) for tp in partitions})
+            self._replace_client_after(errors.values())
             return {}
         found = {}
         for key, future in futures.items():
@@ -214,7 +218,16 @@ class BrokerProbe:
                 found[tp] = future.result(timeout=self.timeout_s).offset
             except Exception as exc:  # noqa: BLE001 - per partition: named, the others go on
                 errors[tp] = _condition(exc)
+        self._replace_client_after(errors.values())
         return found
+
+    def _replace_client_after(self, conditions: Iterable[str]) -> None:
+        """Lock held: after a request the client itself failed (it did not answer in time, or
+        librdkafka reported a local error such as ``_TRANSPORT``: :data:`CLIENT_FAILURES`), the next call starts a new
+        client: fresh connections and metadata. In the chaos test one member's client went on
+        timing out for minutes after a broker restart while the other members' were answered."""
+        if any(c in CLIENT_FAILURES for c in conditions):
+            self._admin = None
 
 
 def log_end_offsets(admin_config: Mapping[str, str],

@@ -87,3 +87,21 @@ def test_a_topic_unanswered_past_the_patience_is_a_named_transient_error():
     text = f"py4j.Py4JException: ...\npipelines.runtime.broker_probe.TopicIdsUnconfirmed: {raised.value}"
     assert classify_text(text).kind == TRANSIENT
 
+
+
+def test_a_client_that_did_not_answer_is_replaced_one_that_answered_an_error_is_kept():
+    """A describe that timed out in the client (seen: one member's librdkafka client timing out
+    for minutes after a broker restart while the others' were answered) is asked again through a
+    new client; a topic the brokers answered as unknown is not a failed client."""
+    admin = ScriptedAdmin([{"a": KafkaError._TIMED_OUT}, {"a": T_ID}, {"a": KafkaError.UNKNOWN_TOPIC_OR_PART},
+                           {"a": T_ID}])
+    created = []
+    probe = BrokerProbe({"bootstrap.servers": "unused:9092"},
+                        admin_factory=lambda config: created.append(config) or admin)
+    clock = FakeClock()
+    assert probe.current_topic_ids(["a"], sleep=clock.sleep, clock=lambda: clock.now) == \
+        {"a": topic_fingerprint(str(T_ID))}
+    assert len(created) == 2               # the one that timed out, and its replacement
+    assert probe.current_topic_ids(["a"]) == {"a": None}   # the brokers say the topic is gone
+    probe.current_topic_ids(["a"])
+    assert len(created) == 2
