@@ -247,9 +247,7 @@ class GroupMember:
         (a member whose offsets share the protocol's transport, as some tests build it, can fetch
         only once started). Opening it and fetching take about ``timeout_s`` together, at most
         twice that. Raises MemberClosedError after :meth:`close`."""
-        with self._status.cond:
-            if self._status.state is MemberState.CLOSED or self._status.stopping.is_set():
-                raise MemberClosedError(f"member of group {self.config.group_id} is closed")
+        self._check_running()
         timeout_s = timeout_s or self.config.request_timeout_ms / 1000
         deadline = self._client.deadline(timeout_s)  # the offsets' client has the same clock
         client = self._offsets(timeout_s)

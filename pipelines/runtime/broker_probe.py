@@ -222,9 +222,9 @@ class BrokerProbe:
         return found
 
     def _replace_client_after(self, conditions: Iterable[str]) -> None:
-        """Lock held: after a request the client itself failed (it did not answer in time, or
-        librdkafka reported a local error such as ``_TRANSPORT``: :data:`CLIENT_FAILURES`), the next call starts a new
-        client: fresh connections and metadata. In the chaos test one member's client went on
+        """Lock held: after a request the client itself failed (:data:`CLIENT_FAILURES`: it did
+        not answer in time, or librdkafka reported a local error such as ``_TRANSPORT``), the
+        next call starts a new client: fresh connections and metadata. In the chaos test one member's client went on
         timing out for minutes after a broker restart while the other members' were answered."""
         if any(c in CLIENT_FAILURES for c in conditions):
             self._admin = None
