@@ -171,9 +171,9 @@ class PhaseTimers:
 
         original_prepare = bw.BatchWriter._prepare
 
-        def prepare(self, batch_df):
+        def prepare(self, batch_df, left_out):
             started = time.monotonic()
-            batch = original_prepare(self, batch_df)
+            batch = original_prepare(self, batch_df, left_out)
             timers.add("prepare (plan)", time.monotonic() - started)
             release = batch.release
 

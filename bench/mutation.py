@@ -61,7 +61,8 @@ SPARK_ONLY = ("pipelines.runtime.batch_writer.xǁBatchWriterǁ_prepare__mutmut_"
               "pipelines.runtime.batch_writer.x__write_task__mutmut_",
               "pipelines.runtime.batch_writer.x_apply_transform__mutmut_",
               "pipelines.runtime.batch_writer.xǁSparkBatchǁ",
-              "pipelines.runtime.batch_writer.x__with_decisions__mutmut_")
+              "pipelines.runtime.batch_writer.x__with_decisions__mutmut_",
+              "pipelines.runtime.batch_writer.x_without_partitions__mutmut_")
 # Property tests run this many Hypothesis examples per property under mutation (100 in bin/test):
 # a broken assignor fails within a few examples, and every mutant re-runs these tests.
 HYPOTHESIS_EXAMPLES = 10
@@ -416,7 +417,8 @@ def markdown(report: dict) -> str:
            + ", ".join(f"`{t}`" for t in report["tests"])
            + f"; property tests at {report['hypothesis_examples']} Hypothesis examples. Tested: {report['tested']}. "
            f"{report['out_of_scope_spark_only']} mutants of Spark-only functions "
-           "(`BatchWriter._prepare`, `SparkRows.write`, `_write_task`, `apply_transform`) are not counted: "
+           "(`BatchWriter._prepare`, `SparkBatch`, `SparkRows.write`, `_write_task`, `_with_decisions`, "
+           "`without_partitions`, `apply_transform`) are not counted: "
            "no fast test can run them.",
            "", "| module | mutants | killed | timeout | survived | equivalent | score |",
            "|---|---:|---:|---:|---:|---:|---:|"]

@@ -2,9 +2,11 @@
 
 Commit order (docs/DESIGN.md invariants 3, 4, 6, 8), per micro-batch:
 
-1. the planned offset ranges are read from the query's checkpoint offset log (not from the rows);
-   once the rows are read, ``check_sources`` confirms the source is the one the query started on
-   (no topic recreated, no log gone back), else the batch fails before any commit;
+1. the planned offset ranges are read from the query's checkpoint offset log (not from the rows),
+   less those of partitions given up since the batch was planned (:meth:`BatchGate.allow`: their
+   records are left out, their next owner reads them from the tables); once the rows are read,
+   ``check_sources`` confirms the source is the one the query started on (no topic recreated,
+   no log gone back), else the batch fails before any commit;
 2. dead letters are committed to the dead-letter table (exactly once, per-partition txn);
 3. good rows are committed to the output table in ONE Delta commit with per-partition txn versions
    (see :class:`sinks.txn_table.TxnDeltaTable`); a fenced writer raises and writes nothing;
@@ -73,7 +75,9 @@ class BatchGate:
     finish, and from then on every micro-batch Spark starts writes and commits nothing (the query
     is about to be stopped; the next owner resumes from the tables, so nothing is lost).
     :meth:`released` waits, without closing, until the query has moved past some partitions
-    (an ``scg-kafka`` query whose assignment dropped them).
+    (an ``scg-kafka`` query whose assignment dropped them); :meth:`allow` names the partitions a
+    batch may still write, so a batch planned before such a drop but beginning after it writes
+    without them and is not waited for.
 
     Spark runs a late micro-batch right after the previous one when batches take longer than the
     trigger interval, so "no trigger active" may never be observed; the gate needs no such moment.
@@ -86,16 +90,28 @@ class BatchGate:
         self._entered = 0                                    # batches that reached the gate
         self._ended = 0                                      # ... and ended (exit)
         self._reading: frozenset[TopicPartition] = frozenset()  # ... the last one's partitions
+        self._allowed: frozenset[TopicPartition] | None = None   # what a batch may write (None: any)
 
-    def enter(self, partitions: Iterable[TopicPartition] = ()) -> bool:
-        """Query thread, before a batch over ``partitions`` writes: False once closed (the batch
-        must write nothing)."""
+    def allow(self, partitions: Iterable[TopicPartition] | None) -> None:
+        """From the next :meth:`enter` on, a batch writes only ``partitions`` (None: any). An
+        ``scg-kafka`` runner calls it with its claims each time they change, *before* the
+        source's planner can see the change: a partition claimed anew is allowed before any
+        batch plans it, and one given up is left out of every batch that begins after this."""
+        with self._cond:
+            self._allowed = None if partitions is None else frozenset(partitions)
+
+    def enter(self, partitions: Iterable[TopicPartition] = ()) -> frozenset[TopicPartition] | None:
+        """Query thread, before a batch over ``partitions`` writes: the ones it may write (those
+        :meth:`allow` allows; the others were given up after the batch was planned: it must write
+        and commit nothing of them, their next owner reads them from the tables), or None once
+        closed (the batch must write nothing)."""
         with self._cond:
             self._writing = not self._closed
             self._entered += 1
-            self._reading = frozenset(partitions)
+            planned = frozenset(partitions)
+            self._reading = planned if self._allowed is None else planned & self._allowed
             self._cond.notify_all()
-            return self._writing
+            return self._reading if self._writing else None
 
     def exit(self) -> None:
         """Query thread, after the batch ended (committed, refused or failed)."""
@@ -131,10 +147,11 @@ class BatchGate:
         only batches planned before ``mark`` may read them: the one writing at ``mark``, or one
         being planned then. That is the case once a batch ended after ``mark`` (the batches
         after it are planned after the caller took the partitions out), or once a batch that
-        began after ``mark`` reads none of them; whichever comes first. A member revoking
-        partitions in the middle of a batch is thus released when that batch ends, not when
-        the next one begins. A closed gate with no batch writing is released too: no batch of
-        this query writes any more."""
+        began after ``mark`` writes none of them (planned without them, or planned with them
+        but no longer allowed to write them: :meth:`allow`); whichever comes first. A member
+        revoking partitions in the middle of a batch is thus released when that batch ends, not
+        when the next one begins, and at once when that batch was only being planned. A closed
+        gate with no batch writing is released too: no batch of this query writes any more."""
         gone = frozenset(partitions)
         with self._cond:
             return self._cond.wait_for(lambda: self._ended > mark.ended or (self._closed and not self._writing)
@@ -436,19 +453,28 @@ class BatchWriter:
         started = time.monotonic()
         ranges = self.offset_log.ranges(batch_id)
         rehearsal = self._rehearsal
-        if not self.gate.enter(r.tp for r in ranges):
+        allowed = self.gate.enter(r.tp for r in ranges)
+        if allowed is None:
             log.debug("batch %d not written: the query is stopping at a batch boundary", batch_id)
             return
         try:
             if rehearsal is not None:
                 rehearsal(batch_df, ranges)
-            elif any(r.end != r.start for r in ranges):  # (an scg-kafka batch may only change partitions)
-                self._write(batch_df, batch_id, ranges, started)
+                return
+            kept = tuple(r for r in ranges if r.tp in allowed)
+            given_up = frozenset(r.tp for r in ranges if r.tp not in allowed and r.end != r.start)
+            if given_up:
+                log.info("batch %d writes nothing of %s: given up after the batch was planned; their next "
+                         "owner reads them from the tables", batch_id,
+                         ", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(given_up)))
+            if any(r.end != r.start for r in kept):  # (an scg-kafka batch may only change partitions)
+                self._write(batch_df, batch_id, kept, started, given_up)
         finally:
             self.gate.exit()
 
-    def _write(self, batch_df, batch_id: int, ranges: tuple[OffsetRange, ...], started: float) -> None:
-        batch = self._prepare(batch_df)
+    def _write(self, batch_df, batch_id: int, ranges: tuple[OffsetRange, ...], started: float,
+               left_out: frozenset[TopicPartition]) -> None:
+        batch = self._prepare(batch_df, left_out)
         source_checked = functools.cache(lambda: self.check_sources(ranges))  # once the rows were read
         try:
             self.hooks.before_commit(batch_id, ranges)
@@ -467,9 +493,10 @@ class BatchWriter:
                                 time.monotonic() - started, result.commit_s + dead_result.commit_s,
                                 committed))
 
-    def _prepare(self, batch_df) -> PreparedBatch:
-        """The batch as Spark plans it (nothing is computed yet)."""
-        return SparkBatch(batch_df, self.fmt, self.transform)
+    def _prepare(self, batch_df, left_out: frozenset[TopicPartition]) -> PreparedBatch:
+        """The batch as Spark plans it (nothing is computed yet), without the records of the
+        partitions ``left_out``."""
+        return SparkBatch(without_partitions(batch_df, left_out), self.fmt, self.transform)
 
     def _one_pass(self, batch: PreparedBatch, ranges: tuple[OffsetRange, ...], batch_id: int,
                   check_sources: Callable[[], None]) -> tuple[CommitResult, CommitResult] | None:
@@ -556,6 +583,17 @@ def _decided_ranges(ranges: tuple[OffsetRange, ...], replayed) -> tuple[OffsetRa
     """The non-empty ranges of the partitions whose offsets a table already holds (in part)."""
     replayed = set(replayed)
     return tuple(r for r in ranges if r.tp in replayed and r.end > r.start)
+
+
+def without_partitions(kafka_rows, partitions: Iterable[TopicPartition]):
+    """``kafka_rows`` (Spark's Kafka schema) without the records of ``partitions``."""
+    from pyspark.sql import functions as F
+
+    left_out = None
+    for tp in sorted(partitions):
+        test = (F.col("topic") == tp.topic) & (F.col("partition") == tp.partition)
+        left_out = test if left_out is None else left_out | test
+    return kafka_rows if left_out is None else kafka_rows.where(~left_out)
 
 
 def apply_transform(rows, transform: str | None):

@@ -724,7 +724,6 @@ class PipelineRunner:
         """Start the ``scg-kafka`` query over the current claims (none yet, before the member
         joins). Lock held."""
         self._task_slots = self._application_cores() or self._task_slots
-        self._publish_claims()
         self._targets = TableTargets(self.tables.table, self.tables.dead_table, {}, {})
         self._checkpoint = queries.new_checkpoint(self.config.checkpoint_root, _label(self._generation))
         self._refused_batch = None
@@ -733,6 +732,7 @@ class PipelineRunner:
                              self._commit_kafka, self._on_batch, self._on_refused, self.hooks,
                              check_sources=self._check_sources)
         self._writer = writer
+        self._publish_claims()
         trigger = self.config.trigger
         options = assigned_source_options(self.config.kafka.confluent_config(), self._assignment_path(),
                                           self.config.source, self._task_slots,
@@ -745,11 +745,12 @@ class PipelineRunner:
                            "micro-batch, so rebalances do not restart it")
 
     def _release(self, partitions) -> None:
-        """Take ``partitions`` out of the query (scg-kafka) and return once every batch that read
+        """Take ``partitions`` out of the query (scg-kafka) and return once every batch that writes
         them has ended (committed, refused or failed), so the next owner starts from what the
-        tables hold. A query that does not get there within :data:`GRACEFUL_STOP_S` is stopped
-        (a batch still writing is cancelled; the next owner's claim refuses anything it commits
-        later). Lock held."""
+        tables hold; a batch that begins after this writes none of them (:meth:`_publish_claims`),
+        so between batches that is when the next one begins. A query that does not get there
+        within :data:`GRACEFUL_STOP_S` is stopped (a batch still writing is cancelled; the next
+        owner's claim refuses anything it commits later). Lock held."""
         gone = [tp for tp in partitions if tp in self._claims]
         if not gone:
             return
@@ -769,6 +770,12 @@ class PipelineRunner:
                 return
 
     def _publish_claims(self) -> None:
+        """Tell the query's batch writer, then the source's planner (the assignment file), which
+        partitions the query reads now. The writer first: a batch that begins after this writes
+        none of the partitions given up (a batch planned before may still name them), and no
+        batch can be planned over a new claim before the writer allows it. Lock held."""
+        if self._gate is not None:
+            self._gate.allow(self._claims)
         AssignmentFile(self._assignment_path()).write(Assignment(dict(self._claims), self._task_slots))
         self._query_partitions = tuple(sorted(self._claims))
 

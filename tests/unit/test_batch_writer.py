@@ -47,7 +47,7 @@ def make_writer(calls, table_error=None, one_pass=True):
                          commit_kafka=lambda offsets, meta: calls.append(("kafka", offsets, meta)) or True,
                          report=lambda report: calls.append("report"),
                          refused=lambda batch_id, err: calls.append("refused"))
-    writer._prepare = lambda df: ReleaseRecorded(pa.table({"offset": [0, 1], "reason": [None, None]}),
+    writer._prepare = lambda df, left_out: ReleaseRecorded(pa.table({"offset": [0, 1], "reason": [None, None]}),
                                                  pa.table({"offset": []}), calls, one_pass)
     return writer
 
@@ -124,6 +124,24 @@ def test_released_with_no_batch_writing_waits_for_one_planned_after_the_drop():
     assert not gate.released([a], gate.mark(), 0.05)  # only batches since the mark count
 
 
+def test_a_batch_writes_only_the_partitions_the_gate_allows_when_it_begins():
+    """BatchGate.allow (an scg-kafka runner's claims): a batch planned over a partition given up
+    since writes without it, so the partition is released when that batch begins, not when it
+    ends; None allows any partition again."""
+    gate, a, b = BatchGate(), TopicPartition("t", 0), TopicPartition("t", 1)
+    assert gate.enter([a, b]) == {a, b}      # no claims told yet: every planned partition
+    gate.exit()
+    gate.allow([b])                           # a given up after the next batch was planned
+    mark = gate.mark()
+    assert gate.enter([a, b]) == {b}
+    assert gate.released([a], mark, 0.05)     # while that batch still writes
+    assert not gate.released([b], mark, 0.05)
+    gate.exit()
+    gate.allow(None)
+    assert gate.enter([a, b]) == {a, b}
+    gate.exit()
+
+
 # -- against real Delta tables (deltalake on tmp_path; only the Spark part, _prepare, is stubbed) --
 OUT_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                         ("value", pa.binary())])
@@ -141,6 +159,12 @@ def dead_rows(tp, offsets):
     return pa.table({"topic": [tp.topic] * len(offsets), "partition": [tp.partition] * len(offsets),
                      "offset": list(offsets), "value": [None] * len(offsets),
                      "reason": ["null_value"] * len(offsets)}, schema=DEAD_SCHEMA)
+
+
+def _without(rows, partitions):
+    keep = [TopicPartition(t, p) not in partitions
+            for t, p in zip(rows["topic"].to_pylist(), rows["partition"].to_pylist())]
+    return rows.filter(pa.array(keep, pa.bool_()))
 
 
 def coordinates(path):
@@ -176,8 +200,9 @@ def real_writer(targets, planned, batches, calls):
                          commit_kafka=lambda offsets, meta: calls.append(("kafka", offsets, meta)) or True,
                          report=lambda report: calls.append(report),
                          refused=lambda batch_id, err: calls.append(("refused", err)))
-    def prepare(batch_df):
-        good, dead = batches.pop(0)
+    def prepare(batch_df, left_out):  # as SparkBatch(without_partitions(batch_df, left_out)) would
+        good, dead = (_without(rows, left_out) for rows in batches.pop(0))
+        calls.append(("prepared without", left_out))
         return ArrowBatch(good.append_column("reason", pa.nulls(good.num_rows, pa.string())), dead)
 
     writer._prepare = prepare
@@ -209,6 +234,33 @@ def test_batches_land_in_real_tables_with_each_tables_own_epochs(delta_tables):
     assert kafka[0][2] == f"delta:{reports[0].delta_version}" and reports[0].delta_version is not None
 
 
+def test_a_partition_given_up_after_its_batch_was_planned_is_left_to_its_next_owner(delta_tables):
+    """The batch began after T1 was given up (BatchGate.allow): its T1 records are left out of
+    the batch's rows, T1's range out of both tables' commits and the Kafka commit, so T1's next
+    owner, reading from what the tables hold, writes each of them once."""
+    calls = []
+    planned = {0: (OffsetRange("t", 0, 0, 3), OffsetRange("t", 1, 0, 2))}
+    rows = (pa.concat_tables([out_rows(T0, [0, 2]), out_rows(T1, [0])]),
+            pa.concat_tables([dead_rows(T0, [1]), dead_rows(T1, [1])]))
+    writer = real_writer(delta_tables, planned, [rows], calls)
+    writer.gate.allow([T0])
+    writer(None, 0)
+    out, dead = delta_tables.table, delta_tables.dead_table
+    assert ("prepared without", {T1}) in calls
+    assert coordinates(out.path) == [("t", 0, 0), ("t", 0, 2)] and coordinates(dead.path) == [("t", 0, 1)]
+    assert out.recorded_offsets([T0, T1]) == dead.recorded_offsets([T0, T1]) == {T0: 3, T1: None}
+    report = calls[-1]
+    assert [c for c in calls if isinstance(c, tuple) and c[0] == "kafka"] == [
+        ("kafka", {T0: 3}, f"delta:{report.delta_version}")]
+    assert report.ranges == (OffsetRange("t", 0, 0, 3),) and report.rows_written == 2
+
+    next_owner = TableTargets(out, dead, out.claim([T1]), dead.claim([T1]))
+    real_writer(next_owner, {0: (OffsetRange("t", 1, 0, 2),)},
+                [(out_rows(T1, [0]), dead_rows(T1, [1]))], [])(None, 0)
+    assert coordinates(out.path) == [("t", 0, 0), ("t", 0, 2), ("t", 1, 0)]
+    assert coordinates(dead.path) == [("t", 0, 1), ("t", 1, 1)]
+
+
 def test_replayed_batch_writes_nothing_and_commits_kafka_as_replay(delta_tables):
     calls = []
     planned = {0: (OffsetRange("t", 0, 0, 2),)}
@@ -230,7 +282,7 @@ def test_a_stale_writer_is_refused_by_the_real_table_and_commits_nothing(delta_t
                          [(pa.concat_tables([out_rows(T0, [0]), out_rows(T1, [0])]), dead_rows(T0, []))], calls)
     with pytest.raises(FencedWriterError) as err:
         writer(None, 0)
-    assert err.value.tp == T1 and [c[0] for c in calls] == ["refused"]
+    assert err.value.tp == T1 and [c[0] for c in calls] == ["prepared without", "refused"]
     assert coordinates(delta_tables.table.path) == []
     assert delta_tables.table.recorded_offsets([T0, T1]) == {T0: None, T1: None}
 
@@ -257,7 +309,7 @@ def test_a_retry_with_other_settings_keeps_every_record_in_exactly_one_table(del
         w = BatchWriter(RecordFormat("raw", None, 1024), None, delta_tables, PlannedLog(planned),
                         commit_kafka=lambda offsets, meta: True, report=lambda report: None,
                         refused=lambda batch_id, err: None, hooks=hooks)
-        w._prepare = lambda df: attempts.pop(0)
+        w._prepare = lambda df, left_out: attempts.pop(0)
         return w
 
     with pytest.raises(OSError):
@@ -300,7 +352,7 @@ def test_a_plan_changed_after_the_one_pass_write_is_decided_again_in_two_passes(
     writer = BatchWriter(RecordFormat("raw", None, 1024), None, delta_tables, PlannedLog(planned),
                          commit_kafka=lambda offsets, meta: True, report=lambda report: None,
                          refused=lambda batch_id, err: None)
-    writer._prepare = lambda df: batch
+    writer._prepare = lambda df, left_out: batch
     writer(None, 0)
     out, dead = coordinates(delta_tables.table.path), coordinates(delta_tables.dead_table.path)
     assert dead == [("t", 0, 2)]
@@ -335,5 +387,5 @@ def test_a_closed_gate_with_no_batch_writing_is_released():
     gate.exit()
     assert gate.released([a], mark, 0.05)
     assert gate.released([a], gate.mark(), 0.05)
-    assert not gate.enter([a])    # a batch Spark starts now writes nothing
+    assert gate.enter([a]) is None  # a batch Spark starts now writes nothing
     assert gate.released([a], gate.mark(), 0.05)

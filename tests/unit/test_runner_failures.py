@@ -260,7 +260,7 @@ def test_a_changed_assignment_restarts_at_a_batch_boundary():
     h = Harness(query)
     h.assign(1, TPS[:1])
     gate = h.runner._gate
-    assert gate.enter()  # the query thread is writing a micro-batch
+    assert gate.enter() is not None  # the query thread is writing a micro-batch
     h.runner.on_assigned(2, TPS)  # gained a partition: the member thread goes on at once
     assert query.stops == 0 and h.runner._pending_start and h.runner._owned == TPS
     restart = threading.Thread(target=h.runner._check_query)  # the main thread's next look
@@ -270,7 +270,7 @@ def test_a_changed_assignment_restarts_at_a_batch_boundary():
     gate.exit()
     restart.join(10)
     assert not restart.is_alive() and query.stops == 1 and h.runner._query is not query
-    assert not gate.enter()  # a batch Spark starts before the stop lands writes nothing
+    assert gate.enter() is None  # a batch Spark starts before the stop lands writes nothing
 
 
 def test_an_assignment_without_the_running_querys_partitions_stops_it_before_returning():

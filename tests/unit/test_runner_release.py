@@ -71,18 +71,39 @@ def test_on_revoked_returns_only_after_the_batches_that_read_the_partition(tmp_p
     assert runner._owned == (B,) and not runner._query.stopped
 
 
-def test_on_revoked_between_batches_waits_for_the_one_being_planned(tmp_path):
+def test_on_revoked_between_batches_waits_only_until_the_one_being_planned_begins(tmp_path):
     """No batch is writing when the revoke comes, but one may be being planned with A: A is
-    given up once a batch planned without it began, or the one that read it ended."""
+    given up once that batch begins, since it writes without A (the gate allowed only B before
+    the file changed), not once it ends."""
     runner = following_runner(tmp_path)
     gate = runner._gate
     returned = revoke_in_background(runner, [A])
     wait_for_file_without(runner, A)
-    gate.enter([A, B])                        # planned before the file changed
-    assert not returned.wait(0.3)
+    assert not returned.wait(0.3)             # a batch planned with A may be about to begin
+    assert gate.enter([A, B]) == {B}          # planned before the file changed: it writes only B
+    assert returned.wait(WAIT_S)              # and A is given up while it writes
     gate.exit()
-    assert returned.wait(WAIT_S)
     assert runner._owned == (B,) and not runner._query.stopped
+
+
+def test_the_batch_writer_allows_a_new_claim_before_the_planner_can_see_it(tmp_path, monkeypatch):
+    """A batch planned over a claim must be allowed to write it: the runner tells the gate before
+    it writes the assignment file (else the batch would leave the new partition out and the
+    source would move past its records)."""
+    runner = following_runner(tmp_path)
+    gate, seen = runner._gate, []
+
+    class CheckingFile(AssignmentFile):
+        def write(self, assignment):
+            seen.append(gate.enter(assignment.claims))  # a batch planned from this very file
+            gate.exit()
+            super().write(assignment)
+
+    monkeypatch.setattr(runner_module, "AssignmentFile", CheckingFile)
+    C = TopicPartition("t", 2)
+    runner._claims[C] = Claim(3, 0)
+    runner._publish_claims()
+    assert seen == [{A, B, C}]
 
 
 def test_a_batch_that_never_reaches_the_boundary_is_stopped_after_the_bound(tmp_path, monkeypatch):
@@ -132,7 +153,7 @@ def test_a_stopping_member_leaves_once_its_batch_ended_and_stops_the_query_after
     gate.exit()
     assert returned.wait(WAIT_S)              # ...the member leaves once it ended, the query still running
     assert runner.member.query_stopped_when_left is False and query.stopped
-    assert not gate.enter([A])                # and no later batch of that query writes
+    assert gate.enter([A]) is None            # and no later batch of that query writes
 
 
 def test_a_batch_writing_past_the_grace_period_is_cancelled_before_the_member_leaves(tmp_path, monkeypatch):
