@@ -89,7 +89,7 @@ class BatchGate:
         self._closed = False
         self._entered = 0                                    # batches that reached the gate
         self._ended = 0                                      # ... and ended (exit)
-        self._reading: frozenset[TopicPartition] = frozenset()  # ... the last one's partitions
+        self._writes: frozenset[TopicPartition] = frozenset()  # ... what the last one may write
         self._allowed: frozenset[TopicPartition] | None = None   # what a batch may write (None: any)
 
     def allow(self, partitions: Iterable[TopicPartition] | None) -> None:
@@ -109,9 +109,9 @@ class BatchGate:
             self._writing = not self._closed
             self._entered += 1
             planned = frozenset(partitions)
-            self._reading = planned if self._allowed is None else planned & self._allowed
+            self._writes = planned if self._allowed is None else planned & self._allowed
             self._cond.notify_all()
-            return self._reading if self._writing else None
+            return self._writes if self._writing else None
 
     def exit(self) -> None:
         """Query thread, after the batch ended (committed, refused or failed)."""
@@ -139,9 +139,9 @@ class BatchGate:
             return GateMark(self._entered, self._ended)
 
     def released(self, partitions: Iterable[TopicPartition], mark: GateMark, bound_s: float) -> bool:
-        """Wait at most ``bound_s`` until every batch that may read ``partitions`` has ended
-        (committed, refused or failed), given that the source no longer plans them: the caller
-        took them out before taking ``mark``. True then.
+        """Wait at most ``bound_s`` until every batch that may write ``partitions`` has ended
+        (committed, refused or failed), given that the source no longer plans them and the gate
+        no longer allows them: the caller took them out before taking ``mark``. True then.
 
         Batches run one after the other and each is planned after the previous one ended, so
         only batches planned before ``mark`` may read them: the one writing at ``mark``, or one
@@ -155,7 +155,7 @@ class BatchGate:
         gone = frozenset(partitions)
         with self._cond:
             return self._cond.wait_for(lambda: self._ended > mark.ended or (self._closed and not self._writing)
-                                       or (self._entered > mark.entered and not (self._reading & gone)), bound_s)
+                                       or (self._entered > mark.entered and not (self._writes & gone)), bound_s)
 
 
 @dataclass(frozen=True)
@@ -444,7 +444,8 @@ class BatchWriter:
     def rehearse(self, rehearsal: Callable[[object, tuple[OffsetRange, ...]], None] | None) -> None:
         """From the next micro-batch on, hand each batch to ``rehearsal(batch_df, ranges)``
         instead of writing it; None writes again. Such a batch writes and commits nothing here
-        (no Delta commit, no Kafka offset, no report); it passes the gate like any batch, so
+        (no Delta commit, no Kafka offset, no report), and gets all its planned ranges and rows,
+        whatever :meth:`BatchGate.allow` says; it passes the gate like any batch, so
         :meth:`BatchGate.released` counts it. The runner warms its own ``scg-kafka`` query up
         this way before it joins. Any thread; a batch reads the setting once, when it begins."""
         self._rehearsal = rehearsal

@@ -142,6 +142,14 @@ def test_a_batch_writes_only_the_partitions_the_gate_allows_when_it_begins():
     gate.exit()
 
 
+def test_a_batch_whose_records_are_all_of_partitions_given_up_does_nothing():
+    calls = []
+    writer = make_writer(calls)
+    writer.gate.allow([TopicPartition("t", 1)])   # RANGES has records of t-0 only
+    writer(None, 0)
+    assert calls == []                            # not prepared, committed nor reported
+
+
 # -- against real Delta tables (deltalake on tmp_path; only the Spark part, _prepare, is stubbed) --
 OUT_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                         ("value", pa.binary())])

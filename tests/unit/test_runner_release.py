@@ -1,6 +1,7 @@
-"""An scg-kafka member gives a partition up only after every batch that read it has ended
-(docs/DESIGN.md, issue 12 item 2): ``on_revoked`` takes it out of the assignment file at once,
-then returns only once a batch that began after that reads none of it. Without Spark or Kafka:
+"""An scg-kafka member gives a partition up only after every batch that writes it has ended
+(docs/DESIGN.md, issue 12 item 2): ``on_revoked`` takes it out of the batch gate and the
+assignment file at once, then returns only once a batch ended or one that began after that
+writes none of it. Without Spark or Kafka:
 the query thread is played by the test through the runner's BatchGate."""
 import threading
 from types import SimpleNamespace
@@ -84,6 +85,30 @@ def test_on_revoked_between_batches_waits_only_until_the_one_being_planned_begin
     assert returned.wait(WAIT_S)              # and A is given up while it writes
     gate.exit()
     assert runner._owned == (B,) and not runner._query.stopped
+
+
+def test_the_boundary_is_marked_after_the_gate_stopped_allowing_the_partition(tmp_path):
+    """Marked before, a batch that entered in between (still allowed to write A) could end and
+    release A while the next batch, planned from the old file, also began before the gate
+    changed and wrote A after the release."""
+    order = []
+
+    class RecordingGate(BatchGate):
+        def allow(self, partitions):
+            order.append("allow")
+            super().allow(partitions)
+
+        def mark(self):
+            order.append("mark")
+            return super().mark()
+
+    runner = following_runner(tmp_path)
+    runner._writer = SimpleNamespace(gate=RecordingGate())
+    returned = revoke_in_background(runner, [A])
+    wait_for_file_without(runner, A)
+    assert runner._gate.enter([A, B]) == {B}
+    assert returned.wait(WAIT_S)
+    assert order == ["allow", "mark"]
 
 
 def test_the_batch_writer_allows_a_new_claim_before_the_planner_can_see_it(tmp_path, monkeypatch):
