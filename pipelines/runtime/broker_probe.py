@@ -146,6 +146,7 @@ class BrokerProbe:
                     return tuple(m.group_instance_id for m in members)
                 except (KafkaException, TimeoutError) as exc:  # concurrent.futures' TimeoutError is the builtin
                     fault, condition = classify_kafka(exc), _condition(exc)
+                    self._replace_client_after([condition])
             if condition == "GROUP_ID_NOT_FOUND":  # DescribeGroups v6+ (KIP-1043) for a group that does not exist
                 return ()
             attempt += 1
@@ -224,8 +225,9 @@ class BrokerProbe:
     def _replace_client_after(self, conditions: Iterable[str]) -> None:
         """Lock held: after a request the client itself failed (:data:`CLIENT_FAILURES`: it did
         not answer in time, or librdkafka reported a local error such as ``_TRANSPORT``), the
-        next call starts a new client: fresh connections and metadata. In the chaos test one member's client went on
-        timing out for minutes after a broker restart while the other members' were answered."""
+        next call starts a new client: fresh connections and metadata. In the chaos test one
+        member's client went on timing out for minutes after a broker restart while the other
+        members' were answered."""
         if any(c in CLIENT_FAILURES for c in conditions):
             self._admin = None
 

@@ -747,10 +747,11 @@ class PipelineRunner:
     def _release(self, partitions) -> None:
         """Take ``partitions`` out of the query (scg-kafka) and return once every batch that writes
         them has ended (committed, refused or failed), so the next owner starts from what the
-        tables hold; a batch that begins after this writes none of them (:meth:`_publish_claims`),
-        so between batches that is when the next one begins. A query that does not get there
-        within :data:`GRACEFUL_STOP_S` is stopped (a batch still writing is cancelled; the next
-        owner's claim refuses anything it commits later). Lock held."""
+        tables hold. A batch that begins after this writes none of them (:meth:`_publish_claims`),
+        so a revocation between batches is released when the next batch begins, one in the
+        middle of a batch when that batch ends. A query that does not get there within
+        :data:`GRACEFUL_STOP_S` is stopped (a batch still writing is cancelled; the next owner's
+        claim refuses anything it commits later). Lock held."""
         gone = [tp for tp in partitions if tp in self._claims]
         if not gone:
             return

@@ -75,6 +75,17 @@ def test_a_permanent_error_is_none_at_once():
     assert _members(admin) is None and admin.calls == 1
 
 
+def test_a_client_that_did_not_answer_is_replaced_one_that_answered_an_error_is_kept():
+    admin = ScriptedAdmin([KafkaError(KafkaError._TIMED_OUT), ("static-a",),
+                           KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS), ("static-a",)])
+    created, clock = [], FakeClock()
+    probe = BrokerProbe({"bootstrap.servers": "unused:9092"},
+                        admin_factory=lambda config: created.append(config) or admin)
+    for _ in range(2):
+        assert probe.group_members("g", sleep=clock.sleep, clock=lambda: clock.now) == ("static-a",)
+    assert len(created) == 2  # the one that timed out and its replacement; the loading coordinator's is kept
+
+
 class LogEndsAdmin:
     """Answers list_offsets with the given log ends."""
 

@@ -1,8 +1,8 @@
 """An scg-kafka member gives a partition up only after every batch that writes it has ended
 (docs/DESIGN.md, issue 12 item 2): ``on_revoked`` takes it out of the batch gate and the
 assignment file at once, then returns only once a batch ended or one that began after that
-writes none of it. Without Spark or Kafka:
-the query thread is played by the test through the runner's BatchGate."""
+writes none of it. Without Spark or Kafka: the query thread is played by the test through the
+runner's BatchGate."""
 import threading
 from types import SimpleNamespace
 
