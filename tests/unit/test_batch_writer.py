@@ -47,8 +47,8 @@ def make_writer(calls, table_error=None, one_pass=True):
                          commit_kafka=lambda offsets, meta: calls.append(("kafka", offsets, meta)) or True,
                          report=lambda report: calls.append("report"),
                          refused=lambda batch_id, err: calls.append("refused"))
-    writer._prepare = lambda df, left_out: ReleaseRecorded(pa.table({"offset": [0, 1], "reason": [None, None]}),
-                                                 pa.table({"offset": []}), calls, one_pass)
+    writer._prepare = lambda df, left_out: ReleaseRecorded(
+        pa.table({"offset": [0, 1], "reason": [None, None]}), pa.table({"offset": []}), calls, one_pass)
     return writer
 
 
