@@ -88,7 +88,6 @@ def test_a_topic_unanswered_past_the_patience_is_a_named_transient_error():
     assert classify_text(text).kind == TRANSIENT
 
 
-
 def test_a_client_that_did_not_answer_is_replaced_one_that_answered_an_error_is_kept():
     """A describe that timed out in the client (seen: one member's librdkafka client timing out
     for minutes after a broker restart while the others' were answered) is asked again through a
