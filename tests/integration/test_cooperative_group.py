@@ -1,5 +1,6 @@
 """Cooperative rebalancing (KIP-429) against a real Kafka 4.x broker: our ``cooperative-sticky``
-members among themselves and in one group with librdkafka's cooperative-sticky consumers.
+members among themselves, in one group with librdkafka's cooperative-sticky consumers, and a group
+switched from eager to cooperative by rolling restarts.
 
 What is checked, from the listener recordings: ``on_revoked`` only ever gets partitions that leave
 the member (it never gets one back in the next ``on_assigned``, and ``on_assigned`` never drops a
@@ -265,3 +266,96 @@ def test_interop_with_librdkafka_cooperative_sticky_consumers(bootstrap, unique_
         assert len(recorder.revoked()) == count
         assert recorder.violations == []
     assert all(not r for r in cks[0].revokes[ck_revokes:])  # nor was librdkafka's
+
+
+class Holders:
+    """Who holds each partition, kept from every member's listener calls. A member's callbacks run
+    before it rejoins, so a partition handed over is revoked by its holder before any other member
+    is given it; ``violations`` records each partition given to one member while another held it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holder: dict[TP, str] = {}
+        self.revoked: dict[str, list[set[TP]]] = {}
+        self.violations: list[str] = []
+
+    def listener(self, name: str):
+        holders = self
+
+        class Listener:
+            def on_revoked(self, partitions):
+                with holders.lock:
+                    holders.revoked.setdefault(name, []).append(set(partitions))
+                    for tp in partitions:
+                        if holders.holder.get(tp) == name:
+                            del holders.holder[tp]
+
+            def on_assigned(self, generation, partitions):
+                with holders.lock:
+                    for tp in partitions:
+                        other = holders.holder.setdefault(tp, name)
+                        if other != name:
+                            holders.violations.append(f"{tp} given to {name} (generation "
+                                                      f"{generation.generation_id}) while {other} held it")
+
+            def on_fenced(self, error):
+                with holders.lock:
+                    holders.violations.append(f"{name} fenced: {error}")
+
+        return Listener()
+
+
+def test_a_rolling_switch_from_eager_to_cooperative_never_gives_a_partition_two_holders(bootstrap, unique_name,
+                                                                                       closer):
+    """The upgrade Kafka documents for KIP-429: three members with ``[range]`` are restarted one at a
+    time with ``[cooperative-sticky, range]`` (still eager: every member lists ``range``), then one at
+    a time with ``[cooperative-sticky]`` alone. After every restart the group settles with each
+    partition held once, and at no moment is a partition held by two members. At the end the group
+    runs cooperative-sticky and a member that joins takes partitions that are revoked from their
+    holders, nothing else."""
+    expected = create_topics(bootstrap, {unique_name: 6})
+    holders = Holders()
+    members: dict[str, GroupMember] = {}
+
+    def launch(name: str, assignors: tuple[str, ...]) -> None:
+        config = MemberConfig(bootstrap_servers=bootstrap, group_id=unique_name, topics=(unique_name,),
+                              assignors=assignors, client_id=f"scg-{name}", **FAST)
+        member = GroupMember(config, holders.listener(name)).start()
+        closer(lambda: member.close(timeout_s=10))
+        members[name] = member
+        wait_until(lambda: settled(list(members.values()), [], expected), 45,
+                   f"the group to settle after {name} started with {list(assignors)}")
+
+    def group_assignor() -> str:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        return admin.describe_consumer_groups([unique_name])[unique_name].result(30).partition_assignor
+
+    for name in ("a", "b", "c"):
+        launch(name, ("range",))
+    assert group_assignor() == "range"
+    for assignors in ((COOP, "range"), (COOP,)):
+        # the leader last (the broker keeps a leader that rejoins): while it is still eager, members
+        # back with [cooperative-sticky] report what they own, and one that must give a partition up
+        # gets an assignment without it, which the eager leader validates with the cooperative rules
+        leader = next(name for name, m in members.items() if m.is_leader)
+        for name in sorted(members, key=lambda n: n == leader):
+            members.pop(name).close(timeout_s=10)
+            # the others take its partitions before it is back, so its return moves partitions
+            wait_until(lambda: settled(list(members.values()), [], expected), 45, f"the group without {name}")
+            launch(name, assignors)
+            if name != leader:
+                assert members[leader].is_leader and members[leader].protocol != COOPERATIVE
+    assert holders.violations == []
+    assert all(m.protocol == COOPERATIVE for m in members.values())
+    assert group_assignor() == "cooperative-sticky"
+
+    before = {name: set(m.assignment) for name, m in members.items()}
+    revokes = {name: len(holders.revoked.get(name, [])) for name in before}
+    launch("d", (COOP,))
+    for name, had in before.items():  # each old member was revoked exactly what it gave the new one
+        now = set(members[name].assignment)
+        given_up = set().union(*holders.revoked.get(name, [])[revokes[name]:])
+        assert now <= had and given_up == had - now, (name, had, now, given_up)
+    assert set(members["d"].assignment) == set().union(*before.values()) - set().union(
+        *(set(members[n].assignment) for n in before))
+    assert holders.violations == []
