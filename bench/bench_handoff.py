@@ -23,7 +23,10 @@ the batch counts for the partitions the member owned at the time. Per event and 
 * partitions that stay (same owner before and after): for each, the longest gap between
   consecutive batches that cover it, from its last batch before the event to the end of the
   window. The pause is that gap minus the median gap between batches from the previous settle
-  to the event (the normal cadence; at least the last four batches). Target: 0.
+  to the event (the normal cadence; at least the last four batches). Target: 0. It is also
+  reported from the group's rebalance on (the first "revoked"/"assigned" line of a surviving
+  member): a joining driver starts and warms up beside the members, on the same cores, before
+  it joins, and the window from the action holds that too.
 * members whose partitions did not change: the same on all their batches, and whether their
   query restarted (a "revoked", "starting query" or "fenced" line in the window);
 * partitions that move: the time from their release to the first batch that covers them in the
@@ -248,23 +251,36 @@ def _gaps(times: list[float]) -> list[float]:
     return [b - a for a, b in zip(times, times[1:])]
 
 
-def _span_gap(times: list[float], t_action: float, t_end: float, t_prev: float) -> dict:
-    """Longest gap from the last batch at/before ``t_action`` to ``t_end``, and the steady cadence
-    (median and max gap between batches from ``t_prev``, the previous settle, to ``t_action``)."""
+def _longest_gap(times: list[float], t_from: float, t_end: float) -> float | None:
+    """Longest gap between batches from the last batch at/before ``t_from`` to ``t_end`` (a
+    partition whose batches stopped counts until ``t_end``)."""
+    span = [t for t in times if t <= t_from][-1:] + [t for t in times if t_from < t <= t_end]
+    if span and span[-1] < t_end:
+        span.append(t_end)
+    gaps = _gaps(span)
+    return max(gaps) if gaps else None
+
+
+def _span_gap(times: list[float], t_action: float, t_end: float, t_prev: float,
+              t_rebalance: float | None) -> dict:
+    """The steady cadence (median and max gap between batches from ``t_prev``, the previous settle,
+    to ``t_action``), and the longest gap and pause (longest gap − cadence) over two windows: from
+    ``t_action`` (for a join this includes the new driver's start and warm-up, which compete for
+    the same cores) and from ``t_rebalance``, the group's rebalance, to ``t_end``."""
     pre = [t for t in times if t_prev <= t <= t_action]
     if len(pre) < 3:  # too few batches since the previous settle: the last four before the event
         pre = [t for t in times if t <= t_action][-4:]
-    last_before = [t for t in times if t <= t_action][-1:]
-    span = last_before + [t for t in times if t_action < t <= t_end]
-    if span and span[-1] < t_end:
-        span.append(t_end)  # a partition that stopped counts until the window ends
-    gaps = _gaps(span)
     pre_gaps = _gaps(pre)
     cadence = statistics.median(pre_gaps) if pre_gaps else None
-    longest = max(gaps) if gaps else None
+    longest = _longest_gap(times, t_action, t_end)
+    from_rebalance = None if t_rebalance is None else _longest_gap(times, t_rebalance, t_end)
+
+    def pause(gap):
+        return max(gap - cadence, 0.0) if gap is not None and cadence is not None else None
+
     return {"max_gap_s": longest, "steady_median_gap_s": cadence,
-            "steady_max_gap_s": max(pre_gaps) if pre_gaps else None,
-            "pause_s": max(longest - cadence, 0.0) if longest is not None and cadence is not None else None}
+            "steady_max_gap_s": max(pre_gaps) if pre_gaps else None, "pause_s": pause(longest),
+            "max_gap_from_rebalance_s": from_rebalance, "pause_from_rebalance_s": pause(from_rebalance)}
 
 
 def analyse(kind, everyone, before, after, gone, t_action, t_owned, t_settled, t_end, t_prev) -> dict:
@@ -280,7 +296,7 @@ def analyse(kind, everyone, before, after, gone, t_action, t_owned, t_settled, t
         if old == new:
             times = [t for t, cov in batches[new] if p in cov]
             staying[p] = {"owner": new, "member_changed": before[new] != after[new],
-                          **_span_gap(times, t_action, t_end, t_prev)}
+                          **_span_gap(times, t_action, t_end, t_prev, rebalance)}
             continue
         first_new = next((t for t, cov in batches[new] if t > t_action and p in cov), None)
         last_old = ([t for t, cov in batches.get(old, []) if p in cov and t <= (first_new or t_end)][-1:] or [None])[0]
@@ -299,7 +315,7 @@ def analyse(kind, everyone, before, after, gone, t_action, t_owned, t_settled, t
             m = everyone[n]
             restarts = [line for t, line in list(m.timed) if t_action < t <= t_end and RESTART.search(line)]
             unchanged[n] = {"partitions": len(after[n]), "restarted": bool(restarts), "restart_lines": restarts[:4],
-                            **_span_gap([t for t, _ in batches[n]], t_action, t_end, t_prev)}
+                            **_span_gap([t for t, _ in batches[n]], t_action, t_end, t_prev, rebalance)}
     changed_restarts = {n: sum(1 for t, line in list(everyone[n].timed) if t_action < t <= t_end
                                and re.search(r"starting query", line))
                         for n in after if n not in unchanged}
@@ -322,6 +338,9 @@ def analyse(kind, everyone, before, after, gone, t_action, t_owned, t_settled, t
                     "steady_median_gap": stats([s["steady_median_gap_s"] for s in staying.values()]),
                     "on_unchanged_members": stats([s["pause_s"] for s in staying.values() if not s["member_changed"]]),
                     "on_changed_members": stats([s["pause_s"] for s in staying.values() if s["member_changed"]]),
+                    "from_rebalance": stats([s["pause_from_rebalance_s"] for s in staying.values()]),
+                    "on_unchanged_members_from_rebalance": stats([s["pause_from_rebalance_s"] for s in staying.values()
+                                                                  if not s["member_changed"]]),
                     "per_partition": staying},
         "unchanged_members": unchanged,
         "query_starts_on_changed_members": changed_restarts,
@@ -361,6 +380,9 @@ ROWS = [  # (label, getter, digits)
     ("  their pause, median (s)", lambda e: e["staying"]["all"]["median"], 1),
     ("  pause of those on unchanged members, max (s)", lambda e: e["staying"]["on_unchanged_members"]["max"], 1),
     ("  pause of those on members that gained/lost, max (s)", lambda e: e["staying"]["on_changed_members"]["max"], 1),
+    ("  their pause from the group's rebalance on, max (s)", lambda e: e["staying"]["from_rebalance"]["max"], 1),
+    ("  of those on unchanged members, from the rebalance on, max (s)",
+     lambda e: e["staying"]["on_unchanged_members_from_rebalance"]["max"], 1),
     ("members whose partitions did not change", lambda e: len(e["unchanged_members"]), 0),
     ("  of them restarted their query", lambda e: sum(u["restarted"] for u in e["unchanged_members"].values()), 0),
     ("partitions that move", lambda e: e["moved_count"], 0),
@@ -370,6 +392,7 @@ ROWS = [  # (label, getter, digits)
     ("  action → first batch in new owner, max (s)", lambda e: e["moved"]["action_to_first_batch"]["max"], 1),
 ]
 RATIO_ROWS = {"  their pause (gap − cadence), max (s)", "  their pause, median (s)",
+              "  their pause from the group's rebalance on, max (s)",
               "  release → first batch in new owner, median (s)", "  release → first batch in new owner, max (s)",
               "  data gap (last batch old → first new), max (s)", "group settled after the action (s)"}
 EVENT_NAMES = {"join": "a member joins", "leave": "a member leaves (SIGTERM)", "kill": "a member is SIGKILLed"}
@@ -395,6 +418,9 @@ def markdown(results: dict) -> str:
            "the group's rebalance (the first `revoked`/`assigned` line of a surviving member). "
            "The pause of a staying partition is its longest gap between batches across the event "
            "minus its median gap from the previous settle to the event (at least the last four batches). "
+           "It is measured twice: from the action, and from the group's rebalance (the first `revoked`/"
+           "`assigned` line of a surviving member) on. For a join the first window also holds the new "
+           "driver's start and warm-up, which run beside the members on the same cores before it joins. "
            "With Spark's Kafka source (reader `spark-kafka`), a member that gains or loses any partition "
            "restarts its query at a batch boundary (one query per assignment), so its staying partitions "
            "pause for that restart. With reader `scg-kafka` one query per member follows the assignment at "
