@@ -461,8 +461,9 @@ def markdown(results: dict) -> str:
     if not any(e["unchanged_members"] for m in modes for e in results["modes"][m]["events"]):
         out += ["No member kept exactly its partitions in any event: with these partition and member counts, "
                 "a balanced assignment changes every member's set (e.g. 12 over 3 → 4 members takes one "
-                "partition from each). Their staying partitions then pause for the query restart at a batch "
-                "boundary. Fewer partitions per member (e.g. `--partitions 10`) leave some members unchanged.", ""]
+                "partition from each). With reader `spark-kafka` their staying partitions then pause for the query "
+                "restart at a batch boundary; with `scg-kafka` the query goes on. Fewer partitions per member "
+                "(e.g. `--partitions 10`) leave some members unchanged.", ""]
     reader = RESULTS / "reader.md"
     out += ["## Ingest throughput", "",
             "`eager` and `cooperative` read with Spark's own Kafka source, `follow` with scg-kafka. "
