@@ -75,6 +75,9 @@ RESULTS = HERE / "results"
 # mode -> (assignor, source.reader); assignor None: the pipeline default (range)
 MODES = {"eager": (None, "spark-kafka"), "cooperative": ("cooperative-sticky", "spark-kafka"),
          "follow": ("cooperative-sticky", "scg-kafka"), "follow-1": ("cooperative-sticky", "scg-kafka")}
+MODE_TITLES = {"eager": "eager", "cooperative": "cooperative-sticky",
+               "follow": "cooperative-sticky with the scg-kafka reader",
+               "follow-1": "the same with a one-batch warm-up"}
 # mode -> Python run in its members before `scg run` (what the mode changes in the member)
 PATCHES = {"follow-1": "from pipelines.runtime import runner, warm_up_rounds; "
                        "runner.WarmUpRounds = lambda **settings: "
@@ -401,8 +404,7 @@ EVENT_NAMES = {"join": "a member joins", "leave": "a member leaves (SIGTERM)", "
 def markdown(results: dict) -> str:
     modes = [m for m in MODES if m in results["modes"]]
     compared = [m for m in modes if m != "eager"] if "eager" in modes else []
-    out = ["# Hand-off benchmark (issue 12): eager, cooperative-sticky, and cooperative-sticky with the "
-           "scg-kafka reader, same run", "",
+    out = [f"# Hand-off benchmark (issue 12): {' vs '.join(MODE_TITLES[m] for m in modes)}, same run", "",
            f"{results['partitions']} partitions, {results['members']} members to start "
            f"(`scg run`, one Spark driver each on `local[1]`), SteadyProducer at {results['rate']} records/s, "
            f"trigger 500 ms, session_timeout 6 s, {results['cpu_count']} CPUs "
