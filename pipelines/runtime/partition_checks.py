@@ -72,10 +72,13 @@ class PartitionLog:
 class PartitionVerdict:
     """What to do with one partition.
 
-    ``offset``: where the query starts (None when the partition is stopped). ``table_offset``: the
-    offset both tables must record before the query starts, when a rule moved it (reset or skip);
-    None when the tables stay as they are. ``lost``: the range a ``skip`` jumps over (its marker
-    row goes to the dead-letter table). ``events``: the conditions that applied, in rule order.
+    ``offset``: where the query starts (None when the partition is stopped). ``reset_to``: the
+    offset both tables must record before the query starts, when a rule moved it (a recreated
+    topic, a truncated log); None when the tables stay as they are. ``lost``: the range a ``skip``
+    jumps over (its marker row goes to the dead-letter table). ``events``: the conditions that
+    applied, in rule order. ``topic_id``: the fingerprint of the topic ID the brokers describe now
+    (after a recreation the new one, which the tables record with the reset); None when the brokers
+    did not describe the partition.
     """
 
     tp: TopicPartition
@@ -85,6 +88,7 @@ class PartitionVerdict:
     events: tuple[str, ...] = ()
     reset_to: int | None = None           # rules 3-4: the tables' offsets are set to this first
     lost: OffsetRange | None = None       # rule 5 with skip
+    topic_id: int | None = None           # the brokers' topic ID fingerprint (log.topic_id)
 
     @property
     def runs(self) -> bool:
@@ -102,7 +106,8 @@ def check_partition(tp: TopicPartition, start: int | None, recorded_topic_id: in
                                 f"the brokers did not describe {_name(tp)}")
     if start is None:
         return PartitionVerdict(tp, None, NO_STARTING_OFFSET,
-                                f"no recorded offset for {_name(tp)} and source.starting_offsets is 'error'")
+                                f"no recorded offset for {_name(tp)} and source.starting_offsets is 'error'",
+                                topic_id=log.topic_id)
     events, details, reset_to = [], [], None
     if recorded_topic_id is not None and recorded_topic_id != log.topic_id:
         events.append(TOPIC_RECREATED)
@@ -120,11 +125,12 @@ def check_partition(tp: TopicPartition, start: int | None, recorded_topic_id: in
                 f"({log.earliest - start} records)")
         if on_data_loss != "skip":
             return PartitionVerdict(tp, None, DATA_LOSS, f"{text}; source.on_data_loss is 'fail'",
-                                    tuple(events))
+                                    tuple(events), topic_id=log.topic_id)
         events.append(DATA_LOSS)
         details.append(f"{text}; skipped (source.on_data_loss: skip), a data_loss row records the range")
-        return PartitionVerdict(tp, log.earliest, None, "; ".join(details), tuple(events), reset_to, lost)
-    return PartitionVerdict(tp, start, None, "; ".join(details), tuple(events), reset_to)
+        return PartitionVerdict(tp, log.earliest, None, "; ".join(details), tuple(events), reset_to, lost,
+                                log.topic_id)
+    return PartitionVerdict(tp, start, None, "; ".join(details), tuple(events), reset_to, None, log.topic_id)
 
 
 def lost_range_value(lost: OffsetRange, detected_at_ms: int) -> bytes:
