@@ -202,3 +202,11 @@ def test_a_source_change_is_retriable_under_its_own_condition():
 
     error = SourceChanged(TOPIC_RECREATED, "topic t has a new ID")
     assert (error.condition, error.retriable) == (TOPIC_RECREATED, True)
+
+
+@pytest.mark.parametrize("policy", ["fail", "FAIL", "Skip", ""])
+def test_only_the_skip_policy_skips_lost_records(policy):
+    """Records deleted before they were read are skipped only under exactly ``skip``; any other
+    policy value stops the partition (nothing is skipped by mistake)."""
+    verdict = check_partition(TP, 9, ID, PartitionLog(10, 80, ID), None, policy)
+    assert (verdict.runs, verdict.condition, verdict.lost) == (False, DATA_LOSS, None)
