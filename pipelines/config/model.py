@@ -1,6 +1,10 @@
 """Validated, frozen pipeline configuration: the dataclasses :func:`pipelines.config.load_pipeline`
 returns.
 
+Every field that a pipeline file sets carries a :class:`KeyDoc` in its metadata (:func:`key_doc`):
+its YAML key, type as written, example, what it maps to and what it does. The configuration
+reference (docs/configuration.md) is generated from them by :mod:`pipelines.config.reference`.
+
 Durations are held as integer milliseconds. Secrets are :class:`Secret` values: no
 ``repr`` shows them, ``describe()`` masks them as ``"***"``, and only the client-option
 helpers (:meth:`KafkaConfig.confluent_config` etc.) reveal them, because clients need them.
@@ -26,6 +30,41 @@ _LOGIN_MODULES = {
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
     "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
+
+
+DOC = "scg.doc"  # the metadata key of a field's KeyDoc
+
+# How values are written in a pipeline file (KeyDoc.kind). ENUM: the choices are the validator's.
+SECTION, STRING, ENUM, DURATION, POSITIVE_INT, BOOL = ("section", "string", "one of", "duration",
+                                                       "positive integer", "true or false")
+LOCATION, PEM_FILE, SECRET = "path or URI", "path of a PEM file", "secret: `${ENV}`, or `<key>_file: path`"
+SETTINGS, NAMES = "mapping of setting -> value", "list of names"
+
+
+@dataclass(frozen=True)
+class KeyDoc:
+    """How a pipeline file sets one model field; docs/configuration.md is generated from these.
+
+    ``key``: the YAML key inside the field's section (None: not set by a file). ``kind``: how the
+    value is written. ``example``: one value as YAML. ``maps_to``: the Kafka, Spark or Delta setting
+    or the behaviour it drives. ``text``: what it does, in short sentences. ``default``: what a file
+    that leaves the key out gets, when the field's own default does not say it (a derived value,
+    "required"). ``aliases``: other keys that set the same field (``<key>_file``, an older name).
+    """
+
+    key: str | None
+    kind: str
+    example: str
+    maps_to: str
+    text: str
+    default: str | None = None
+    aliases: tuple[str, ...] = ()
+
+
+def key_doc(key: str | None, kind: str, example: str, maps_to: str, text: str, *,
+            default: str | None = None, aliases: tuple[str, ...] = ()) -> Mapping[str, KeyDoc]:
+    """A field's ``metadata`` holding its :class:`KeyDoc` under :data:`DOC`."""
+    return MappingProxyType({DOC: KeyDoc(key, kind, example, maps_to, text, default, aliases)})
 
 
 def is_java_only_client_setting(key: str) -> bool:
@@ -68,14 +107,35 @@ def _rebuild(cls: type, values: dict[str, Any]) -> Any:
 class SecurityConfig:
     """How every Kafka client authenticates; ``protocol`` is PLAINTEXT when the section is absent."""
 
-    protocol: str = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password: Secret | None = None
-    ssl_ca_location: str | None = None
-    ssl_certificate_location: str | None = None
-    ssl_key_location: str | None = None
-    ssl_key_password: Secret | None = None
+    protocol: str = field(default="PLAINTEXT", metadata=key_doc(
+        "protocol", ENUM, "SASL_SSL", "`security.protocol` of every client (Spark: `kafka.security.protocol`)",
+        "How clients talk to the brokers. Required when the section is given.", default="`PLAINTEXT`"))
+    sasl_mechanism: str | None = field(default=None, metadata=key_doc(
+        "sasl_mechanism", ENUM, "SCRAM-SHA-512", "`sasl.mechanism`",
+        "Required with a `SASL_*` protocol, refused with the others."))
+    sasl_username: str | None = field(default=None, metadata=key_doc(
+        "sasl_username", STRING, "${KAFKA_USER}", "`sasl.username`; the JAAS `username` for Spark",
+        "The SASL user. Required with a `SASL_*` protocol. `${ENV}` references are replaced."))
+    sasl_password: Secret | None = field(default=None, metadata=key_doc(
+        "sasl_password", SECRET, "${KAFKA_PASSWORD}", "`sasl.password`; the JAAS `password` for Spark",
+        "The SASL password. Required with a `SASL_*` protocol. Never inline; masked everywhere.",
+        aliases=("sasl_password_file",)))
+    ssl_ca_location: str | None = field(default=None, metadata=key_doc(
+        "ssl_ca_location", PEM_FILE, "/etc/kafka/ca.pem",
+        "`ssl.ca.location`; Spark: an inline PEM truststore (`kafka.ssl.truststore.certificates`)",
+        "The CA that signed the brokers' certificates. Read on the driver; executors get its text inline."))
+    ssl_certificate_location: str | None = field(default=None, metadata=key_doc(
+        "ssl_certificate_location", PEM_FILE, "/etc/kafka/client.pem",
+        "`ssl.certificate.location`; Spark: `kafka.ssl.keystore.certificate.chain` (inline)",
+        "The client certificate for mutual TLS. Give it with `ssl_key_location`."))
+    ssl_key_location: str | None = field(default=None, metadata=key_doc(
+        "ssl_key_location", PEM_FILE, "/etc/kafka/client-key.pem",
+        "`ssl.key.location`; Spark: `kafka.ssl.keystore.key` (inline)",
+        "The client certificate's private key. Give it with `ssl_certificate_location`."))
+    ssl_key_password: Secret | None = field(default=None, metadata=key_doc(
+        "ssl_key_password", SECRET, "${KAFKA_KEY_PASSWORD}", "`ssl.key.password`",
+        "The private key's password, when it has one. Needs `ssl_key_location`.",
+        aliases=("ssl_key_password_file",)))
 
     @property
     def uses_sasl(self) -> bool:
@@ -86,9 +146,21 @@ class SecurityConfig:
 class KafkaConfig(_PicklableMappings):
     """Brokers, security and extra client settings, mapped for each client library."""
 
-    bootstrap_servers: tuple[str, ...]
-    security: SecurityConfig = SecurityConfig()
-    client_config: Mapping[str, str | Secret] = field(default_factory=lambda: EMPTY)
+    bootstrap_servers: tuple[str, ...] = field(metadata=key_doc(
+        "bootstrap_servers", "host:port, comma-separated or a list", "broker1:9092,broker2:9092",
+        "`bootstrap.servers` of every client (Spark: `kafka.bootstrap.servers`)",
+        "The brokers to start from. `${ENV}` references are replaced.", default="required"))
+    security: SecurityConfig = field(default=SecurityConfig(), metadata=key_doc(
+        "security", SECTION, "{protocol: SASL_SSL, ...}", "every Kafka client the member runs",
+        "How every client authenticates: the group member, confluent-kafka and Spark's source.",
+        default="`protocol: PLAINTEXT`"))
+    client_config: Mapping[str, str | Secret] = field(default_factory=lambda: EMPTY, metadata=key_doc(
+        "client_config", SETTINGS, "{request.timeout.ms: 30000}",
+        "every client: librdkafka as given (not the Java-only keys), Spark as `kafka.<key>`, "
+        "kafka-python where its connection layer has the setting",
+        "Extra dotted Kafka client settings. Keys a field sets (`group.id`, `bootstrap.servers`, ...) "
+        "are refused. An entry librdkafka refuses fails validation (`UNKNOWN_CLIENT_SETTING`).",
+        default="none"))
 
     @property
     def bootstrap_string(self) -> str:
@@ -180,16 +252,36 @@ class KafkaConfig(_PicklableMappings):
 class GroupConfig:
     """The Kafka consumer group every member of this pipeline joins."""
 
-    id: str
-    assignors: tuple[str, ...] = ("range",)  # preference order; names or "pkg.module:Class"
-    instance_id: str | None = None
-    session_timeout_ms: int = 10_000
-    heartbeat_interval_ms: int = 1_000
-    rebalance_timeout_ms: int = 300_000  # also the longest a batch may run (Kafka's max.poll.interval.ms default)
-    metadata_max_age_ms: int = 30_000  # how often topic_pattern is re-matched and partition counts re-read
-    # When the broker runs the group with its own assignor (a KIP-848 consumer joined): "warn" says
-    # so in the progress lines and describe; "fail" ends the member (GROUP_RUN_BY_BROKER).
-    on_server_assignment: str = "warn"
+    id: str = field(metadata=key_doc(
+        "id", STRING, "orders-to-delta", "`group.id`",
+        "The consumer group every member of the pipeline joins.", default="required"))
+    assignors: tuple[str, ...] = field(default=("range",), metadata=key_doc(  # preference order
+        "assignor", "a name or a list of names", "[cooperative-sticky, range]",
+        "`partition.assignment.strategy`: the protocols offered in JoinGroup, first preferred",
+        "`range`, `roundrobin`, `sticky`, `cooperative-sticky`, an entry point of `groupmgr.assignors`, "
+        "or `package.module:Class`. The group is cooperative only when every listed one supports it."))
+    instance_id: str | None = field(default=None, metadata=key_doc(
+        "instance_id", STRING, "${SCG_INSTANCE_ID}", "`group.instance.id` (static membership)",
+        "One per member. A member restarted within the session timeout keeps its place in the "
+        "group: its partitions wait for it."))
+    session_timeout_ms: int = field(default=10_000, metadata=key_doc(
+        "session_timeout", DURATION, "45s", "`session.timeout.ms`",
+        "How long the coordinator waits for a heartbeat before it removes the member."))
+    heartbeat_interval_ms: int = field(default=1_000, metadata=key_doc(
+        "heartbeat_interval", DURATION, "3s", "`heartbeat.interval.ms`",
+        "Time between heartbeats. Must be below `session_timeout`; Kafka advises at most a third of it."))
+    rebalance_timeout_ms: int = field(default=300_000, metadata=key_doc(
+        "rebalance_timeout", DURATION, "5m", "`max.poll.interval.ms` (the JoinGroup rebalance timeout)",
+        "Also the longest a micro-batch may run. A longer batch makes the member leave the group "
+        "(`POLL_TIMEOUT_EXPIRED`); it rejoins once its query has stopped."))
+    metadata_max_age_ms: int = field(default=30_000, metadata=key_doc(
+        "metadata_max_age", DURATION, "30s", "`metadata.max.age.ms`",
+        "How often `topic_pattern` is matched again and partition counts are read again. "
+        "A change triggers a rebalance."))
+    on_server_assignment: str = field(default="warn", metadata=key_doc(
+        "on_server_assignment", ENUM, "fail", "behaviour",
+        "When the broker runs the group with its own assignor (a member joined with Kafka's new "
+        "consumer protocol): `warn` prints `[GROUP_RUN_BY_BROKER]` and goes on; `fail` ends the member."))
 
 
 # Records per micro-batch when source.max_offsets_per_trigger is not set. Without a bound the first
@@ -207,16 +299,38 @@ DEFAULT_WARM_UP_LIMIT_MS = 60_000
 class SourceConfig:
     """Where to start without stored offsets, and Spark's admission control."""
 
-    starting_offsets: str = "earliest"  # earliest | latest | error
-    max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
-    min_offsets_per_trigger: int | None = None
-    max_trigger_delay_ms: int | None = None  # set (default 15m) only with min_offsets_per_trigger
-    on_data_loss: str = "fail"  # fail | skip: records deleted (retention) before they were read
-    reader: str = "spark-kafka"  # spark-kafka (one query per assignment) | scg-kafka (follows it, no restart)
-    include_headers: bool = False  # records' headers land in column `headers` of both tables
-    # scg-kafka: how long a member joining a group that others already read rehearses batches at
-    # most before it joins (runner warm-up; pipelines.runtime.warm_up_rounds); 0: one batch
-    warm_up_limit_ms: int = DEFAULT_WARM_UP_LIMIT_MS
+    starting_offsets: str = field(default="earliest", metadata=key_doc(
+        "starting_offsets", ENUM, "error", "Kafka's `auto.offset.reset`",
+        "Where a partition starts when neither the table nor the group has an offset for it. "
+        "`error` stops that partition (`NO_STARTING_OFFSET`)."))
+    max_offsets_per_trigger: int = field(default=DEFAULT_MAX_OFFSETS_PER_TRIGGER, metadata=key_doc(
+        "max_offsets_per_trigger", POSITIVE_INT, "200000", "Spark `maxOffsetsPerTrigger`",
+        "The most records one micro-batch reads, shared out by backlog. Raised to "
+        "`min_offsets_per_trigger` when that is larger."))
+    min_offsets_per_trigger: int | None = field(default=None, metadata=key_doc(
+        "min_offsets_per_trigger", POSITIVE_INT, "1000", "Spark `minOffsetsPerTrigger`",
+        "A batch waits for this many records, or for `max_trigger_delay`."))
+    max_trigger_delay_ms: int | None = field(default=None, metadata=key_doc(
+        "max_trigger_delay", DURATION, "1m", "Spark `maxTriggerDelay`",
+        "The longest a batch waits for `min_offsets_per_trigger`. Only with that key.",
+        default="`15m` with `min_offsets_per_trigger`, else not set"))
+    on_data_loss: str = field(default="fail", metadata=key_doc(
+        "on_data_loss", ENUM, "skip", "behaviour (Spark's `failOnDataLoss` is always true)",
+        "Records deleted before they were read: `fail` stops the partition (`KAFKA_DATA_LOSS`); `skip` "
+        "moves on and writes one `data_loss` row to the dead-letter table. The older "
+        "`fail_on_data_loss: true|false` means `fail|skip`.", aliases=("fail_on_data_loss",)))
+    reader: str = field(default="spark-kafka", metadata=key_doc(
+        "reader", ENUM, "scg-kafka", "Spark's Kafka source, or this project's Spark source",
+        "`spark-kafka` starts a new query when the member's partitions change. `scg-kafka` runs one "
+        "query for the member's life and follows the assignment at each batch (Spark 4.2 or later, "
+        "processing-time trigger)."))
+    include_headers: bool = field(default=False, metadata=key_doc(
+        "include_headers", BOOL, "true", "Spark `includeHeaders`",
+        "Both tables get a column `headers` (`array<struct<key: string, value: binary>>`)."))
+    warm_up_limit_ms: int = field(default=DEFAULT_WARM_UP_LIMIT_MS, metadata=key_doc(
+        "warm_up_limit", DURATION + " (0s allowed)", "0s", "behaviour",
+        "`scg-kafka` only. The longest a member rehearses batches before it joins a group that others "
+        "read. `0s`: one batch."))
 
     def spark_options(self) -> dict[str, str]:
         """Rate-limit and header options for Spark's Kafka source (not startingOffsets: the
@@ -244,9 +358,18 @@ class SchemaField:
 class FormatConfig:
     """How record values are decoded: ``json`` with a schema, or ``raw`` bytes."""
 
-    type: str = "json"
-    schema: tuple[SchemaField, ...] = ()
-    max_value_bytes: int = 1024 * 1024  # longer values go to the dead-letter table (value_too_large)
+    type: str = field(default="json", metadata=key_doc(
+        "type", ENUM, "raw", "Spark `from_json` with `schema` (json); the value's bytes (raw)",
+        "`json` parses each value into the schema's columns. `raw` keeps it as column `value` (binary)."))
+    schema: tuple[SchemaField, ...] = field(default=(), metadata=key_doc(
+        "schema", "Spark DDL string, or a mapping field -> type", "\"order_id BIGINT, total DECIMAL(12,2)\"",
+        "the output table's columns (the `from_json` schema)",
+        "Required for `json`, refused for `raw`. Types: string, bigint, int, double, float, boolean, "
+        "timestamp, date, binary, decimal(p,s). A name of an output column already there is refused.",
+        default="required for json"))
+    max_value_bytes: int = field(default=1024 * 1024, metadata=key_doc(
+        "max_value_bytes", POSITIVE_INT, "65536", "behaviour",
+        "A longer value goes to the dead-letter table with reason `value_too_large`."))
 
     @property
     def field_names(self) -> tuple[str, ...]:
@@ -263,17 +386,29 @@ class FormatConfig:
 class SinkConfig:
     """The Delta table and its dead-letter table (absolute paths or URIs)."""
 
-    path: str
-    dead_letter_path: str
-    partition_by: tuple[str, ...] = ()
+    path: str = field(metadata=key_doc(
+        "path", LOCATION, "s3a://lake/orders", "the output Delta table (written with deltalake)",
+        "A local path (relative to the pipeline file) or a URI: `file://`, `hdfs://`, `s3a://`, `s3://`, "
+        "`abfss://`, `gs://`.", default="required"))
+    dead_letter_path: str = field(metadata=key_doc(
+        "dead_letter_path", LOCATION, "s3a://lake/orders_dead_letters", "the dead-letter Delta table",
+        "Where records that cannot be used land, once each. Must be outside `path`.",
+        default="`<sink.path>_dead_letters`"))
+    partition_by: tuple[str, ...] = field(default=(), metadata=key_doc(
+        "partition_by", NAMES, "[topic]", "the output table's Delta partition columns",
+        "Schema fields, `topic`, `partition`, or columns a transform makes.", default="none"))
 
 
 @dataclass(frozen=True)
 class TriggerConfig:
     """Exactly one of a processing-time trigger or available-now."""
 
-    processing_time_ms: int | None = 2_000
-    available_now: bool = False
+    processing_time_ms: int | None = field(default=2_000, metadata=key_doc(
+        "processing_time", DURATION, "10s", "Spark `trigger(processingTime=...)`",
+        "How often a micro-batch starts."))
+    available_now: bool = field(default=False, metadata=key_doc(
+        "available_now", BOOL, "true", "Spark `trigger(availableNow=True)`",
+        "Read what is there, then end. Not with `processing_time`; needs reader `spark-kafka`."))
 
     def spark_trigger_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``DataStreamWriter.trigger``."""
@@ -299,13 +434,37 @@ class StorageConfig(_PicklableMappings):
     ``options`` are extra deltalake storage options (e.g. ``azure_*``, ``google_*``). Secrets are
     :class:`Secret` s; only the two mapping methods reveal them."""
 
-    endpoint: str | None = None          # an S3-compatible endpoint URL; None for AWS S3
-    region: str | None = None
-    access_key_id: str | None = None     # None: the default AWS credential chain
-    secret_access_key: Secret | None = None
-    session_token: Secret | None = None
-    path_style: bool = False
-    options: Mapping[str, str | Secret] = field(default_factory=lambda: EMPTY)
+    endpoint: str | None = field(default=None, metadata=key_doc(
+        "endpoint", "http(s)://host[:port]", "http://127.0.0.1:9000",
+        "deltalake `AWS_ENDPOINT_URL` (`AWS_ALLOW_HTTP` for http); Hadoop `fs.s3a.endpoint`, "
+        "`fs.s3a.connection.ssl.enabled`", "An S3-compatible server. Leave it out for AWS S3."))
+    region: str | None = field(default=None, metadata=key_doc(
+        "region", STRING, "eu-west-1", "deltalake `AWS_REGION`; Hadoop `fs.s3a.endpoint.region`",
+        "The bucket's region."))
+    access_key_id: str | None = field(default=None, metadata=key_doc(
+        "access_key_id", STRING, "${AWS_ACCESS_KEY_ID}",
+        "deltalake `AWS_ACCESS_KEY_ID`; Hadoop `fs.s3a.access.key` with `SimpleAWSCredentialsProvider`",
+        "Leave it and the secret out to use the AWS default credential chain."))
+    secret_access_key: Secret | None = field(default=None, metadata=key_doc(
+        "secret_access_key", SECRET, "${AWS_SECRET_ACCESS_KEY}",
+        "deltalake `AWS_SECRET_ACCESS_KEY`; Hadoop `fs.s3a.secret.key`",
+        "Required with `access_key_id`. Never inline; masked everywhere.",
+        aliases=("secret_access_key_file",)))
+    session_token: Secret | None = field(default=None, metadata=key_doc(
+        "session_token", SECRET, "${AWS_SESSION_TOKEN}",
+        "deltalake `AWS_SESSION_TOKEN`; Hadoop `fs.s3a.session.token` with "
+        "`TemporaryAWSCredentialsProvider`", "Temporary credentials. Needs `access_key_id`.",
+        aliases=("session_token_file",)))
+    path_style: bool = field(default=False, metadata=key_doc(
+        "path_style", BOOL, "true",
+        "deltalake `AWS_VIRTUAL_HOSTED_STYLE_REQUEST` (the inverse); Hadoop `fs.s3a.path.style.access`",
+        "Address buckets as `endpoint/bucket` rather than `bucket.endpoint`.",
+        default="`true` with an `endpoint`, else `false`"))
+    options: Mapping[str, str | Secret] = field(default_factory=lambda: EMPTY, metadata=key_doc(
+        "options", SETTINGS, "{azure_storage_account_name: lake}", "deltalake storage options, as given",
+        "For other stores (`azure_*`, `google_*`, ...). An option that would turn off put-if-absent "
+        "commits is refused (`UNSAFE_STORAGE_OPTION`). Secret-looking keys need `${ENV}`.",
+        default="none"))
 
     @property
     def configured(self) -> bool:
@@ -352,20 +511,57 @@ class StorageConfig(_PicklableMappings):
 class PipelineConfig(_PicklableMappings):
     """One validated pipeline spec. ``spark`` values that are secrets are :class:`Secret` s."""
 
-    name: str
-    kafka: KafkaConfig
-    topics: tuple[str, ...]
-    topic_pattern: str | None
-    group: GroupConfig
-    source: SourceConfig
-    format: FormatConfig
-    transform: str | None
-    sink: SinkConfig
-    trigger: TriggerConfig
-    checkpoint_root: str
-    spark: Mapping[str, str | Secret] = field(default_factory=lambda: EMPTY)
-    storage: StorageConfig = StorageConfig()
-    source_file: Path = Path(".")
+    name: str = field(metadata=key_doc(
+        "name", STRING, "orders", "the Delta `txn` app ids (`<name>:offset:<topic>:<partition>`, ...)",
+        "Letters, digits, `_`, `.`, `-`. The tables record their offsets under it: keep it for the "
+        "tables' life.", default="required"))
+    kafka: KafkaConfig = field(metadata=key_doc(
+        "kafka", SECTION, "{bootstrap_servers: broker1:9092}", "every Kafka client the member runs",
+        "The brokers and how to reach them.", default="required"))
+    topics: tuple[str, ...] = field(metadata=key_doc(
+        "topics", NAMES, "[orders]", "the group subscription (JoinGroup)",
+        "The topics to read. Give `topics` or `topic_pattern`, not both.",
+        default="required unless `topic_pattern`"))
+    topic_pattern: str | None = field(metadata=key_doc(
+        "topic_pattern", "regular expression", "\"orders-.*\"", "a pattern subscription",
+        "Every non-internal topic whose whole name matches. Matched again every "
+        "`group.metadata_max_age`; a new or deleted topic triggers a rebalance.", default="not set"))
+    group: GroupConfig = field(metadata=key_doc(
+        "group", SECTION, "{id: orders-to-delta}", "the Kafka consumer group",
+        "The group every member joins, and its timing.", default="required"))
+    source: SourceConfig = field(metadata=key_doc(
+        "source", SECTION, "{starting_offsets: earliest}", "the Spark query's Kafka reader",
+        "Where to start, batch size, data loss, which reader.", default="every key's default"))
+    format: FormatConfig = field(metadata=key_doc(
+        "format", SECTION, "{type: json, schema: \"id BIGINT\"}", "how record values are decoded",
+        "JSON with a schema, or raw bytes.", default="required"))
+    transform: str | None = field(metadata=key_doc(
+        "transform", "Spark SQL", "SELECT * FROM input WHERE total > 0", "a Spark SQL query per batch",
+        "Reads the parsed rows from the view `input`. Must keep `topic`, `partition`, `offset`. "
+        "`scg validate` analyses it with a local Spark session.", default="not set"))
+    sink: SinkConfig = field(metadata=key_doc(
+        "sink", SECTION, "{path: s3a://lake/orders}", "the output and dead-letter Delta tables",
+        "Where the rows go.", default="required"))
+    trigger: TriggerConfig = field(metadata=key_doc(
+        "trigger", SECTION, "{processing_time: 5s}", "the Spark query's trigger",
+        "`processing_time` or `available_now`, not both.", default="`processing_time: 2s`"))
+    checkpoint_root: str = field(metadata=key_doc(
+        "checkpoint_root", LOCATION, "s3a://lake/orders_checkpoints",
+        "Spark's `checkpointLocation` (a fresh directory per query below it)",
+        "Where the queries keep their checkpoints. The tables, not the checkpoints, hold the offsets. "
+        "Must be outside both tables.", default="`<sink.path>_checkpoints`"))
+    spark: Mapping[str, str | Secret] = field(default_factory=lambda: EMPTY, metadata=key_doc(
+        "spark", SETTINGS, "{spark.sql.shuffle.partitions: 4}", "Spark session settings",
+        "Applied when the member builds its session. Under spark-submit the master, jars and JVM "
+        "options are spark-submit's. Settings the `storage` section makes are refused here.",
+        default="none"))
+    storage: StorageConfig = field(default=StorageConfig(), metadata=key_doc(
+        "storage", SECTION, "{region: eu-west-1}", "deltalake storage options and Hadoop `fs.s3a.*`",
+        "Object-store access, written once for the tables and the checkpoints.",
+        default="none: local files, or the store's default credentials"))
+    source_file: Path = field(default=Path("."), metadata=key_doc(
+        None, "path", "conf/pipelines/orders.yaml", "error messages; relative paths",
+        "The pipeline file the config was read from."))
 
     def spark_conf(self) -> dict[str, str]:
         """The ``spark`` settings plus the storage section's Hadoop settings (``spark.hadoop.*``),
