@@ -313,10 +313,14 @@ class TxnDeltaTable:
         return self.snapshot()
 
     def _check_owner(self, table: DeltaTable, ranges, epochs) -> None:
+        """Every partition of ``ranges`` is owned by the writer's epoch, else FencedWriterError: a
+        partition claimed since by another member, one nobody claimed (no owner recorded), or one
+        the writer holds no epoch for (it never claimed it), even when the table records none."""
         for rng in ranges:
             recorded = table.transaction_version(self.owner_app_id(rng.tp))
-            if recorded != epochs.get(rng.tp):
-                raise FencedWriterError(self.path, rng.tp, epochs.get(rng.tp, -1), recorded)
+            ours = epochs.get(rng.tp)
+            if ours is None or recorded != ours:
+                raise FencedWriterError(self.path, rng.tp, -1 if ours is None else ours, recorded)
 
     def _plan(self, table: DeltaTable, ranges: Sequence[OffsetRange]) -> CommitPlan:
         keep_from, versions, replayed = {}, {}, []

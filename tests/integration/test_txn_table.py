@@ -318,3 +318,62 @@ def test_a_commit_after_its_plan_decides_again_on_the_plan_s_snapshot_brought_up
         ours.commit_files([OffsetRange("t", 0, 3, 5)], epochs,
                           lambda plan: writer.write(rows(T0, range(3, 5)).to_batches(), plan.keep_from), planned)
     assert len(coordinates(path)) == 7 and ours.recorded_offsets([T0]) == {T0: 3}
+
+
+# -- a partition the writer never claimed -----------------------------------------------------------
+def test_a_batch_for_a_partition_nobody_claimed_is_refused_and_writes_nothing(table):
+    """invariant 3: no owner epoch recorded for T0 (only T1 was claimed) means no writer owns it:
+    an epoch the writer made up for it is not the table's, the whole batch is refused."""
+    epochs = {**table.claim([T1]), T0: 1}
+    ranges = [OffsetRange("t", 0, 0, 3), OffsetRange("t", 1, 0, 2)]
+    before = DeltaTable(table.path).version()
+    for attempt in (lambda: table.plan(ranges, epochs),
+                    lambda: table.commit(pa.concat_tables([rows(T0, range(3)), rows(T1, range(2))]), ranges, epochs)):
+        with pytest.raises(FencedWriterError) as err:
+            attempt()
+        assert (err.value.tp, err.value.ours, err.value.recorded) == (T0, 1, None)
+    assert DeltaTable(table.path).version() == before and coordinates(table.path) == []
+    assert table.recorded_offsets([T0, T1]) == {T0: None, T1: None}
+
+
+@pytest.mark.parametrize("claimed_by_another", [False, True])
+def test_a_writer_holding_no_epoch_for_a_partition_is_refused(table, claimed_by_another):
+    """invariant 3: a partition missing from the writer's epochs was never claimed by it, whether
+    the table records no owner for it or another member's: refused before any file is written."""
+    epochs = table.claim([T1])
+    if claimed_by_another:
+        TxnDeltaTable(table.path, "app", SCHEMA).claim([T0])
+    written = []
+    with pytest.raises(FencedWriterError) as err:
+        table.commit_files([OffsetRange("t", 1, 0, 2), OffsetRange("t", 0, 0, 3)], epochs, written.append)
+    assert (err.value.tp, err.value.ours, err.value.recorded) == (T0, -1, 1 if claimed_by_another else None)
+    assert written == [] and coordinates(table.path) == []
+    assert table.recorded_offsets([T0, T1]) == {T0: None, T1: None}
+
+
+def test_a_never_claimed_partition_is_refused_even_as_a_replay(table):
+    """A range the table already holds is a replay only for its owner: a writer without an epoch
+    for the partition is refused, not told the batch is committed."""
+    epochs = table.claim([T0])
+    table.commit(rows(T0, range(3)), [OffsetRange("t", 0, 0, 3)], epochs)
+    stranger = TxnDeltaTable(table.path, "app", SCHEMA)
+    with pytest.raises(FencedWriterError):
+        stranger.commit(rows(T0, range(3)), [OffsetRange("t", 0, 0, 3)], {})
+    other_app = TxnDeltaTable(table.path, "other-app", SCHEMA)      # its own app ids: never claimed
+    with pytest.raises(FencedWriterError) as err:
+        other_app.commit(rows(T0, range(3)), [OffsetRange("t", 0, 0, 3)], epochs)
+    assert (err.value.tp, err.value.recorded) == (T0, None)
+    assert coordinates(table.path) == [("t", 0, o) for o in range(3)]
+
+
+def test_record_partitions_refuses_a_partition_the_writer_never_claimed(table):
+    """invariant 10: a reset or a topic ID is recorded only by the partition's owner."""
+    epochs = table.claim([T1])
+    before = DeltaTable(table.path).version()
+    with pytest.raises(FencedWriterError) as err:
+        table.record_partitions(epochs, {T0: 0}, {T0: 11}, {"scg.event": "TOPIC_RECREATED"})
+    assert (err.value.tp, err.value.recorded) == (T0, None)
+    with pytest.raises(FencedWriterError):
+        table.record_partitions({**epochs, T0: 1}, {}, {T0: 11}, None)
+    assert DeltaTable(table.path).version() == before
+    assert table.recorded_topic_ids([T0]) == {T0: None}
