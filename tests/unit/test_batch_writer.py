@@ -295,6 +295,31 @@ def test_a_stale_writer_is_refused_by_the_real_table_and_commits_nothing(delta_t
     assert delta_tables.table.recorded_offsets([T0, T1]) == {T0: None, T1: None}
 
 
+T2 = TopicPartition("t", 2)
+
+
+@pytest.mark.parametrize("made_up_epoch", [False, True])
+def test_a_batch_over_a_partition_this_writer_never_claimed_is_refused_and_commits_nothing(delta_tables,
+                                                                                          made_up_epoch):
+    """Neither table records an owner for T2 and this writer never claimed it (no epoch, or one it
+    did not get from a claim): the batch is refused whole (``refused`` called, FencedWriterError
+    raised), neither table nor Kafka gets anything of it, T0's records included."""
+    calls = []
+    if made_up_epoch:
+        delta_tables = TableTargets(delta_tables.table, delta_tables.dead_table, {**delta_tables.epochs, T2: 1},
+                                    {**delta_tables.dead_epochs, T2: 1})
+    planned = {0: (OffsetRange("t", 0, 0, 2), OffsetRange("t", 2, 0, 2))}
+    writer = real_writer(delta_tables, planned,
+                         [(pa.concat_tables([out_rows(T0, [0]), out_rows(T2, [0])]), dead_rows(T2, [1]))], calls)
+    with pytest.raises(FencedWriterError) as err:
+        writer(None, 0)
+    assert (err.value.tp, err.value.recorded) == (T2, None)
+    assert [c[0] for c in calls] == ["prepared without", "refused"]
+    for table in (delta_tables.table, delta_tables.dead_table):
+        assert coordinates(table.path) == []
+        assert table.recorded_offsets([T0, T2]) == {T0: None, T2: None}
+
+
 def _classified(tp, offsets, dead):
     """An ArrowBatch of ``offsets`` whose records in ``dead`` this attempt's settings reject."""
     records = out_rows(tp, offsets)
