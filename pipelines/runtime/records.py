@@ -12,16 +12,23 @@ Dead-letter rule (docs/DESIGN.md invariant 6; a bad record is never dropped sile
 
 * ``null_value`` — the record has no value (a tombstone). Tombstones carry no data for an
   append-only table, so they are recorded as dead letters rather than silently skipped.
-* ``value_too_large`` — the value is longer than ``max_value_bytes``.
+* ``value_too_large`` — the value is longer than ``max_value_bytes`` (a value of exactly
+  ``max_value_bytes`` bytes is kept).
 * ``malformed_json`` — the value is not a JSON object (json format only).
 * ``schema_mismatch`` — valid JSON whose fields do not fit the schema's types (json only).
+
+The rule is written once, in :func:`reason_rules`, over a record's facts: Spark columns build the
+batch's expression from it (:class:`RecordColumns`), Python values decide one record
+(:func:`dead_letter_reason`, pure) the same way.
 
 A null key or a key that is not UTF-8 is not an error: the row is written (``key`` null). Missing JSON fields are null.
 """
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -30,6 +37,9 @@ from pyspark.sql.types import DataType
 REASON = "_dead_letter_reason"
 CORRUPT = "_corrupt_record"
 OUTPUT, DEAD_LETTER = "output", "dead_letter"  # the struct columns of split_rows
+# The dead-letter reasons of a record (the dead-letter table's ``reason`` column).
+NULL_VALUE, VALUE_TOO_LARGE = "null_value", "value_too_large"
+MALFORMED_JSON, SCHEMA_MISMATCH = "malformed_json", "schema_mismatch"
 
 
 @dataclass(frozen=True)
@@ -124,13 +134,84 @@ def classify(kafka_rows: DataFrame, fmt: RecordFormat) -> DataFrame:
     return record_columns(fmt).classify(kafka_rows)
 
 
+Rule = tuple[str, Callable[[Any], Any]]  # (reason, condition over a record's facts)
+
+
+def reason_rules(fmt: RecordFormat) -> tuple[Rule, ...]:
+    """The dead-letter rule of ``fmt``, in order (the first condition that holds names the reason).
+
+    A condition reads a record's facts: ``value_is_null``, ``value_size`` (bytes), ``json_failed``
+    (the value did not parse into the schema) and ``json_failed_not_object`` (... nor as a JSON
+    object). Over :class:`RecordFacts` (Python values) each is a bool; over Spark's facts a Column.
+    A condition is only read when the ones before it do not hold (a null value has no size)."""
+    rules: tuple[Rule, ...] = (
+        (NULL_VALUE, lambda facts: facts.value_is_null),
+        (VALUE_TOO_LARGE, lambda facts: facts.value_size > fmt.max_value_bytes),
+    )
+    if fmt.kind == "raw":
+        return rules
+    return rules + ((MALFORMED_JSON, lambda facts: facts.json_failed_not_object),
+                    (SCHEMA_MISMATCH, lambda facts: facts.json_failed))
+
+
+@dataclass(frozen=True)
+class RecordFacts:
+    """What the dead-letter rule reads of one record, as Python values: its value bytes (None for
+    a tombstone), whether parsing it with the format's schema failed, and if so whether it is a
+    JSON object nonetheless (wrong types) or not JSON at all."""
+
+    value: bytes | None
+    json_failed: bool = False
+    json_object: bool = False
+
+    @property
+    def value_is_null(self) -> bool:
+        return self.value is None
+
+    @property
+    def value_size(self) -> int:
+        return len(self.value)  # type: ignore[arg-type]  # read only for a value (reason_rules)
+
+    @property
+    def json_failed_not_object(self) -> bool:
+        return self.json_failed and not self.json_object
+
+
+def dead_letter_reason(fmt: RecordFormat, facts: RecordFacts) -> str | None:
+    """The dead-letter reason of one record under ``fmt`` (None: it goes to the output table), by
+    :func:`reason_rules`, the rule Spark's :class:`RecordColumns` apply to every batch. Pure."""
+    return next((reason for reason, holds in reason_rules(fmt) if holds(facts)), None)
+
+
+@dataclass(frozen=True)
+class _SparkFacts:
+    """:func:`reason_rules`' facts as Spark columns of a classified row."""
+
+    corrupt: Column | None      # the parse's corrupt-record column (json only)
+    is_object: Column | None    # when it is set: whether the value parses as a JSON object
+
+    @property
+    def value_is_null(self) -> Column:
+        return F.col("_raw_value").isNull()
+
+    @property
+    def value_size(self) -> Column:
+        return F.octet_length("_raw_value")
+
+    @property
+    def json_failed_not_object(self) -> Column:
+        return self.corrupt.isNotNull() & ~F.coalesce(self.is_object, F.lit(False))
+
+    @property
+    def json_failed(self) -> Column:
+        return self.corrupt.isNotNull()
+
+
 def _reason(fmt: RecordFormat, corrupt: Column | None, is_object: Column | None) -> Column:
-    rule = (F.when(F.col("_raw_value").isNull(), F.lit("null_value"))
-            .when(F.octet_length("_raw_value") > fmt.max_value_bytes, F.lit("value_too_large")))
-    if corrupt is not None:
-        rule = (rule.when(corrupt.isNotNull() & ~F.coalesce(is_object, F.lit(False)),
-                          F.lit("malformed_json"))
-                .when(corrupt.isNotNull(), F.lit("schema_mismatch")))
+    facts, rule = _SparkFacts(corrupt, is_object), None
+    for reason, holds in reason_rules(fmt):
+        condition = holds(facts)
+        rule = F.when(condition, F.lit(reason)) if rule is None else rule.when(condition, F.lit(reason))
     return rule.otherwise(F.lit(None).cast("string"))
 
 
