@@ -24,8 +24,14 @@ MASK = "***"
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _ENV_REF = re.compile(r"\$\{(" + _NAME + r")\}")
 _ANY_REF = re.compile(r"\$\{([^}]*)\}")
-# Keys of free-form settings maps (kafka.client_config, spark) whose values are secrets.
-_SECRET_KEY = re.compile(r"password|secret|jaas\.config|credential|\.token$", re.IGNORECASE)
+# Keys of free-form settings maps (kafka.client_config, spark, storage.options) whose values are
+# secrets: words that always name one (sasl.jaas.config, ssl.key.password, *.client.secret,
+# basic.auth.user.info: "user:password", a private key's passphrase), a token (fs.s3a.session.token,
+# aws_session_token; not a token endpoint's URL), key material (ssl.keystore.key, ssl.key.pem,
+# azure_storage_account_key, fs.azure.account.key.<account>...); not a key's location, type or
+# serializer (ssl.key.location, ssl.keystore.type, key.deserializer).
+_SECRET_KEY = re.compile(r"password|passphrase|secret|credential|jaas\.config|auth[._-]user[._-]info"
+                         r"|token$|(^|[._-])key$|key\.pem$|account[._-]key", re.IGNORECASE)
 
 
 class Secret:

@@ -23,8 +23,9 @@ KAFKA_SOURCE_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 # Source options Spark must redact in plans, progress and event logs, besides its own defaults
 # (spark.redaction.regex matches secret|password|token|access.key in a key or a value): the
 # inline TLS private key (its key and value match none of those: ``kafka.ssl.keystore.key`` for
-# Spark's Kafka source, ``kafka.ssl.key.pem`` for scg-kafka) and the JAAS config.
-OPTION_REDACTION = r"(?i)url|keystore[.]key|ssl[.]key[.]password|ssl[.]key[.]pem|jaas|secret|password|token"
+# Spark's Kafka source, ``kafka.ssl.key.pem`` for scg-kafka; a client_config private key such as
+# ``sasl.oauthbearer.assertion.private.key.pem`` and its passphrase) and the JAAS config.
+OPTION_REDACTION = r"(?i)url|keystore[.]key|ssl[.]key[.]password|key[.]pem|passphrase|jaas|secret|password|token"
 OPTION_REDACTION_SETTING = "spark.sql.redaction.options.regex"
 # Spark (4.x, StreamExecution.PROXY_ERROR) decides whether a stopped query's foreachBatch failure
 # is the stop's own interruption by matching the Py4JException's message, a Python traceback that
