@@ -206,8 +206,9 @@ def refresh(root: Path, work: Path, tree: str) -> None:
 
 def prepare(root: Path, work: Path, modules: tuple[str, ...], tree: str) -> str:
     """A fresh copy of sources + tests (of git commit ``tree``, or of the working tree when it is
-    empty) and a setup.cfg with the project's pytest settings plus the mutmut settings. Every run
-    starts clean: no stale mutant results. Returns what was copied (a commit or "working tree")."""
+    empty) and a setup.cfg with the project's settings (pytest's, and the entry points a test
+    reads) plus the mutmut settings. Every run starts clean: no stale mutant results. Returns what
+    was copied (a commit or "working tree")."""
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
@@ -217,10 +218,8 @@ def prepare(root: Path, work: Path, modules: tuple[str, ...], tree: str) -> str:
     else:
         shutil.copy(root / "setup.cfg", work / "setup.cfg")
     fewer_examples(work)
-    project = configparser.ConfigParser(interpolation=None)
-    project.read(work / "setup.cfg")
     cfg = configparser.ConfigParser(interpolation=None)
-    cfg["tool:pytest"] = dict(project["tool:pytest"]) if project.has_section("tool:pytest") else {}
+    cfg.read(work / "setup.cfg")
     cfg["mutmut"] = {
         "source_paths": "\n" + "\n".join(("groupmgr", "sinks", "pipelines")),
         "only_mutate": "\n" + "\n".join(modules),
