@@ -210,3 +210,17 @@ def test_only_the_skip_policy_skips_lost_records(policy):
     policy value stops the partition (nothing is skipped by mistake)."""
     verdict = check_partition(TP, 9, ID, PartitionLog(10, 80, ID), None, policy)
     assert (verdict.runs, verdict.condition, verdict.lost) == (False, DATA_LOSS, None)
+
+
+def test_every_verdict_names_its_partition():
+    """The runner files each verdict under its ``tp``: running, reset, skipped or stopped."""
+    cases = [(50, ID, PartitionLog(0, 80, ID), None, "fail"), (50, ID, None, "LEADER_NOT_AVAILABLE", "fail"),
+             (None, ID, PartitionLog(0, 80, ID), None, "fail"), (5, ID, PartitionLog(10, 80, ID), None, "fail"),
+             (5, ID, PartitionLog(10, 80, ID), None, "skip"), (90, ID, PartitionLog(0, 80, ID), None, "fail")]
+    for start, recorded, log, error, policy in cases:
+        assert check_partition(TP, start, recorded, log, error, policy).tp == TP
+
+
+def test_a_partition_the_brokers_cannot_describe_is_named_in_the_detail():
+    verdict = check_partition(TP, 50, ID, None, "LEADER_NOT_AVAILABLE", "fail")
+    assert verdict.detail == "the brokers did not describe t-3"
