@@ -79,8 +79,8 @@ MODE_TITLES = {"eager": "eager", "cooperative": "cooperative-sticky",
                "follow": "cooperative-sticky with the scg-kafka reader",
                "follow-1": "the same with a one-batch warm-up"}
 # mode -> Python run in its members before `scg run` (what the mode changes in the member)
-PATCHES = {"follow-1": "from pipelines.runtime import runner, warm_up_rounds; "
-                       "runner.WarmUpRounds = lambda **settings: "
+PATCHES = {"follow-1": "from pipelines.runtime import warm_up, warm_up_rounds; "
+                       "warm_up.WarmUpRounds = lambda **settings: "
                        "warm_up_rounds.WarmUpRounds(**{**settings, 'max_batches': 1}); "}
 START_TIMEOUT_S = 420      # members started together on a loaded 2-core machine
 SETTLE_TIMEOUT_S = 240

@@ -33,7 +33,8 @@ from confluent_kafka import Producer  # noqa: E402
 from pipelines.local.local_kafka import LocalKafka  # noqa: E402
 from tests.support.kafka_data import create_topic, write_pipeline  # noqa: E402
 
-PATCH_OUT = "from pipelines.runtime.runner import PipelineRunner; PipelineRunner._warm_up = lambda self: None; "
+PATCH_OUT = ("from pipelines.runtime.reader_modes import RestartingQuery; "
+             "RestartingQuery.warm_up = lambda self, stop: None; ")
 MEMBER_TIMEOUT_S = 300
 
 

@@ -229,14 +229,14 @@ def scg_run(spark, bootstrap: str, run: dict, base: Path, timers: PhaseTimers) -
                                  + ("\n  reader: scg-kafka" if follow else "")))
     config = load_pipeline(path)
     lines: list[tuple[float, str]] = []
-    runner = PipelineRunner(config, spark, out=lambda line: lines.append((time.monotonic(), line)))
+    runner = PipelineRunner.open(config, spark, out=lambda line: lines.append((time.monotonic(), line)))
     reports: list[tuple[float, object]] = []
-    on_batch = runner._on_batch
+    print_batch = runner.progress.batch
 
-    def record(report):
-        on_batch(report)
+    def record(report, lag=None):
+        print_batch(report, lag)
         reports.append((time.monotonic(), report))
-    runner._on_batch = record
+    runner.progress.batch = record
     stop_after = run.get("stop_after_batches")
     timers.batches.clear()
     timers.queries.clear()

@@ -46,7 +46,7 @@ def describe_command(args) -> int:
 
 def _describe_pipeline(path: str, as_json: bool) -> int:
     from pipelines.config import load_pipeline
-    from pipelines.runtime.runner import member_config_for, resolve_topics
+    from pipelines.runtime.membership import member_config_for, resolve_topics
     from pipelines.runtime.broker_probe import log_end_offsets
     from sinks.data_files import unreferenced_files
     from sinks.txn_table import read_recorded_offsets

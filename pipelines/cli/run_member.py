@@ -47,7 +47,7 @@ def run_pipeline(config: PipelineConfig, stop: threading.Event | None = None,
         out(f"[scg] Kafka at {config.kafka.bootstrap_string} did not answer within "
             f"{CHECK_TIMEOUT_S:.0f} s; starting anyway, the member keeps trying to reach it")
     spark = get_or_create_spark(f"scg-{config.name}", config.spark_conf())
-    runner = PipelineRunner(config, spark, out=out, **runner_options)
+    runner = PipelineRunner.open(config, spark, out=out, **runner_options)
     with _StopOnSignals(stop, shutdown_grace_s, out):
         runner.run(stop)
 

@@ -98,7 +98,7 @@ def _run_until_complete(config, expected: int) -> int:
     say("starting Spark with Delta Lake and the Kafka source ...")
     spark = get_or_create_spark("scg-demo", config.spark_conf())
     say("Spark is up; preparing the Delta tables")
-    runner = PipelineRunner(config, spark, out=lambda line: print(line, flush=True))
+    runner = PipelineRunner.open(config, spark, out=lambda line: print(line, flush=True))
     done = _all_recorded(runner, config, expected)
     deadline = time.monotonic() + FINISH_TIMEOUT_S
     interrupted = threading.Event()

@@ -440,6 +440,7 @@ class BatchWriter:
         self.refused, self.hooks, self.check_sources = refused, hooks, check_sources
         self.gate = BatchGate()
         self._rehearsal: Callable[[object, tuple[OffsetRange, ...]], None] | None = None
+        self.failure: BaseException | None = None  # what the last failed batch raised
 
     def rehearse(self, rehearsal: Callable[[object, tuple[OffsetRange, ...]], None] | None) -> None:
         """From the next micro-batch on, hand each batch to ``rehearsal(batch_df, ranges)``
@@ -451,6 +452,15 @@ class BatchWriter:
         self._rehearsal = rehearsal
 
     def __call__(self, batch_df, batch_id: int) -> None:
+        """Write micro-batch ``batch_id``; what it raises is also kept in :attr:`failure`, since
+        Spark hands it to the query's caller only as text."""
+        try:
+            self._batch(batch_df, batch_id)
+        except BaseException as exc:
+            self.failure = exc
+            raise
+
+    def _batch(self, batch_df, batch_id: int) -> None:
         started = time.monotonic()
         ranges = self.offset_log.ranges(batch_id)
         rehearsal = self._rehearsal

@@ -18,14 +18,16 @@ Rules of :func:`classify_failure`, first match wins:
 4. ``OSError`` (deltalake and object-store IO): permanent when the store says the credentials,
    permissions or bucket are wrong (:data:`STORAGE_PERMANENT`), transient otherwise.
 5. Anything else is judged by its text (a Spark ``StreamingQueryException`` carries the JVM
-   exception chain and the Python traceback of a failed batch): a permanent marker anywhere wins
-   (Kafka's authorization/authentication/invalid-topic exceptions, the project's permanent error
-   classes, storage refusals); then Spark's data-loss errors, transient ``KAFKA_DATA_LOSS``: the
-   restart's partition checks find the partition and apply ``source.on_data_loss`` to it alone
+   exception chain and the Python traceback of a failed task): a permanent marker anywhere wins
+   (Kafka's authorization/authentication/invalid-topic exceptions, storage refusals); then
+   Spark's data-loss errors, transient ``KAFKA_DATA_LOSS``: the restart's partition checks find
+   the partition and apply ``source.on_data_loss`` to it alone
    (:mod:`pipelines.runtime.partition_checks`); then a transient marker (Kafka's
    retriable exception classes ``org.apache.kafka.common.errors.*``, ``java.net`` connection
-   errors, ``java.util.concurrent.TimeoutException``, Java and Python IO errors, the project's
-   transient classes, a confluent-kafka ``KafkaError{code=...}``); otherwise unknown.
+   errors, ``java.util.concurrent.TimeoutException``, Java and Python IO errors, the transient
+   errors of the executors' Kafka readers, a confluent-kafka ``KafkaError{code=...}``); otherwise
+   unknown. The project's errors raised in the driver's Python are never judged by their name in
+   a text: the batch writer hands the runner the exception object itself.
 
 :class:`RestartPolicy` turns classified failures into verdicts: retry after how long, or give up.
 """
@@ -84,12 +86,11 @@ _JAVA_TRANSIENT = re.compile(
 _PYTHON_IO = re.compile(r"\b(?:OSError|ConnectionError|ConnectionRefusedError|ConnectionResetError|"
                         r"BrokenPipeError|TimeoutError|IOError)\b")
 _CONFLUENT = re.compile(r"KafkaError\{code=(\w+),val=(-?\d+)")
-# The project's own error classes as they appear in a failed batch's Python traceback.
-_PROJECT_TRANSIENT = {cls.__name__: cls.condition
-                      for cls in (FencedWriterError, KafkaReadStalled, LogEndsUnavailable, TopicIdsUnconfirmed)}
-_PROJECT_TRANSIENT[SourceChanged.__name__] = "SOURCE_CHANGED"
-_PROJECT_TRANSIENT.update({"CommitFailedError": "COMMIT_CONFLICT", SinkError.__name__: SinkError.condition})
-_PROJECT_PERMANENT = {cls.__name__: cls.condition for cls in (OffsetGapError, NoStartingOffsetError)}
+# The project's errors that reach the runner only as text: raised in the executors' Python
+# workers (reading Kafka) or the scg-kafka planner's, then passed on by Spark inside the query's
+# failure. Errors raised in the driver's Python (the batch writer's, the sink's, the starts') reach
+# the runner as objects (``BatchWriter.failure``) and are judged by rules 1-4.
+_WORKER_TRANSIENT = {cls.__name__: cls.condition for cls in (KafkaReadStalled, LogEndsUnavailable)}
 
 
 def classify_failure(exc: BaseException, text: str | None = None) -> Fault:
@@ -130,9 +131,6 @@ def classify_text(text: str) -> Fault:
     for match in java:
         if match.group(1) in KAFKA_PERMANENT_JAVA:
             return Fault(PERMANENT, _snake(match.group(1).removesuffix("Exception")), _line_at(text, match))
-    for name, condition in _PROJECT_PERMANENT.items():
-        if _raised(name, text):
-            return Fault(PERMANENT, condition, _line_at(text, re.search(rf"\b{name}: ", text)))
     data_loss = _SPARK_DATA_LOSS.search(text)
     if data_loss:
         return Fault(TRANSIENT, "KAFKA_DATA_LOSS", _line_at(text, data_loss))
@@ -143,7 +141,7 @@ def classify_text(text: str) -> Fault:
     for match in java:
         if match.group(1) in KAFKA_RETRIABLE_JAVA:
             return Fault(TRANSIENT, _snake(match.group(1).removesuffix("Exception")), _line_at(text, match))
-    for name, condition in _PROJECT_TRANSIENT.items():
+    for name, condition in _WORKER_TRANSIENT.items():
         if _raised(name, text):
             return Fault(TRANSIENT, condition, _line_at(text, re.search(rf"\b{name}: ", text)))
     transient = _JAVA_TRANSIENT.search(text) or _PYTHON_IO.search(text)

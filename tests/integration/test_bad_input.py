@@ -31,8 +31,8 @@ def _records(start: int = 0):
 def _run(config, spark, partitions, produced, timeout_s: float = 180.0) -> None:
     ends = log_end_offsets(produced)
     reached = lambda: table_reached(config.sink.path, config.name, ends)  # noqa: E731
-    runner = PipelineRunner(config, spark, out=lambda _: None,
-                            member_factory=lambda cfg, listener: StaticMember(listener, partitions))
+    runner = PipelineRunner.open(config, spark, out=lambda _: None,
+                                 member_factory=lambda cfg, listener: StaticMember(listener, partitions))
     deadline = time.monotonic() + timeout_s
     runner.run(threading.Event(), until=lambda: reached() or time.monotonic() > deadline)
     assert reached(), "the table did not reach the produced offsets in time"

@@ -34,19 +34,19 @@ def test_a_batch_held_past_the_rebalance_timeout_hands_its_partitions_over(boots
     a = MemberProcess("a", path, tmp_path, command=["-m", "tests.support.member_with_hooks", str(path),
                                                      "--hold", str(hold)])
     lines: list[str] = []
-    runner_b = PipelineRunner(config, spark, out=lines.append)
+    runner_b = PipelineRunner.open(config, spark, out=lines.append)
     stop_b = threading.Event()
     thread_b = threading.Thread(target=runner_b.run, args=(stop_b,), daemon=True)
     thread_b.start()
     try:
-        wait_until(lambda: len(runner_b._owned) == 1 and len(a.owned()) == 1, 240, "the partitions shared")
+        wait_until(lambda: len(runner_b.owned.partitions) == 1 and len(a.owned()) == 1, 240, "the partitions shared")
         wait_until(lambda: _ids(config.sink.path) >= set(range(20)), 240, "both members writing")
         hold.touch()  # a's next batch is held before its Delta commit, past the rebalance timeout
         produced |= produce(bootstrap, unique_name, json_events(20, start=20))
         wait_until(lambda: (tmp_path / "hold.waiting").exists(), 120, "member a's batch in flight")
         held_at = time.monotonic()
         a.wait_for(r"POLL_TIMEOUT_EXPIRED", REBALANCE_TIMEOUT_S + 60)
-        wait_until(lambda: len(runner_b._owned) == 2, SESSION_TIMEOUT_S + REBALANCE_TIMEOUT_S + 30,
+        wait_until(lambda: len(runner_b.owned.partitions) == 2, SESSION_TIMEOUT_S + REBALANCE_TIMEOUT_S + 30,
                    "member b owning both partitions")
         moved_after = time.monotonic() - held_at
         wait_until(lambda: _ids(config.sink.path) >= set(range(40)), 120, "b writing a's partition")
@@ -54,7 +54,7 @@ def test_a_batch_held_past_the_rebalance_timeout_hands_its_partitions_over(boots
         rejoin_from = len(a.lines)
         hold.unlink()  # a's batch ends (its commit is refused: b claimed the partition)
         a.wait_for(r"assigned 1 partition", 120, after=rejoin_from)
-        wait_until(lambda: len(runner_b._owned) == 1, 60, "the partitions shared again")
+        wait_until(lambda: len(runner_b.owned.partitions) == 1, 60, "the partitions shared again")
         produced |= produce(bootstrap, unique_name, json_events(20, start=40))
         wait_until(lambda: _ids(config.sink.path) >= set(range(60)), 120, "both members writing again")
     finally:

@@ -136,8 +136,8 @@ def test_partitioned_s3_table_reads_and_prunes_through_delta_spark(bootstrap, sp
                              sink_extra="  partition_by: [partition]\n"))
     partitions = [TopicPartition(topic, p) for p in range(3)]
     ends = log_end_offsets(produced)
-    runner = PipelineRunner(config, spark, out=lambda _: None,
-                            member_factory=lambda cfg, listener: StaticMember(listener, partitions))
+    runner = PipelineRunner.open(config, spark, out=lambda _: None,
+                                 member_factory=lambda cfg, listener: StaticMember(listener, partitions))
     bound = threading.Event()
     timer = threading.Timer(600, bound.set)  # the hang guard; the test fails below if it fired
     timer.start()

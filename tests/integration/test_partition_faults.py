@@ -24,7 +24,8 @@ from groupmgr.core import TopicPartition
 from pipelines.cli.describe_pipeline import describe_command
 from pipelines.config import load_pipeline
 from pipelines.runtime.batch_writer import BatchHooks
-from pipelines.runtime.runner import PipelineRunner, group_member_factory
+from pipelines.runtime.membership import group_member_factory
+from pipelines.runtime.runner import PipelineRunner
 from tests.support.kafka_data import create_topic, write_pipeline
 
 pytestmark = pytest.mark.integration
@@ -34,8 +35,8 @@ WAIT_S = 180
 @contextmanager
 def running(config, spark, lines, hooks=BatchHooks()):
     """A runner in a thread for the block; stopped (and joined) after it."""
-    runner = PipelineRunner(config, spark, out=lines.append, hooks=hooks,
-                            member_factory=lambda c, l: group_member_factory(c, l, metadata_max_age_ms=1000))
+    runner = PipelineRunner.open(config, spark, out=lines.append, hooks=hooks,
+                                 member_factory=lambda c, l: group_member_factory(c, l, metadata_max_age_ms=1000))
     stop = threading.Event()
     thread = threading.Thread(target=runner.run, args=(stop,), daemon=True)
     thread.start()
@@ -74,7 +75,7 @@ def test_records_deleted_before_they_were_read(bootstrap, spark, tmp_path, uniqu
         _wait(lambda: any("stopped: [KAFKA_DATA_LOSS]" in line for line in lines), "partition 1 stopped")
         expected = first | {i for i in more if i // 1000 != 1}
         _wait(lambda: _ids(config.sink.path) >= expected, "partitions 0 and 2 flow on")
-        assert TopicPartition(topic, 1) in runner._stopped and runner.member.raise_if_failed() is None
+        assert TopicPartition(topic, 1) in runner.owned.stopped and runner.member.raise_if_failed() is None
         capsys.readouterr()
         assert describe_command(_Args(str(path))) == 0
         described = json.loads(capsys.readouterr().out)

@@ -53,7 +53,7 @@ def _config(tmp_path, bootstrap, topic, group, reader: str):
 def _run(config, spark, produced, timeout_s: float = 180.0) -> None:
     ends = log_end_offsets(produced)
     reached = lambda: table_reached(config.sink.path, config.name, ends)  # noqa: E731
-    runner = PipelineRunner(config, spark, out=lambda _: None, member_factory=lambda cfg, listener: StaticMember(
+    runner = PipelineRunner.open(config, spark, out=lambda _: None, member_factory=lambda cfg, listener: StaticMember(
         listener, [TopicPartition(config.topics[0], 0)]))
     deadline = time.monotonic() + timeout_s
     runner.run(threading.Event(), until=lambda: reached() or time.monotonic() > deadline)

@@ -15,7 +15,9 @@ import pytest
 
 from groupmgr.core import TopicPartition
 from pipelines.config import load_pipeline
-from pipelines.runtime.runner import PipelineRunner, group_member_factory
+from pipelines.runtime.membership import group_member_factory
+from pipelines.runtime.query_supervisor import QueryState
+from pipelines.runtime.runner import PipelineRunner
 from tests.support.kafka_data import (create_topic, delta_coordinates, json_events, log_end_offsets, produce,
                                       table_reached, write_pipeline)
 from tests.support.static_member import StaticMember
@@ -29,14 +31,14 @@ class Member:
 
     def __init__(self, config, spark):
         self.lines: list[str] = []
-        self.runner = PipelineRunner(config, spark, out=self.lines.append,
-                                     member_factory=lambda c, l: group_member_factory(c, l, metadata_max_age_ms=1000))
+        self.runner = PipelineRunner.open(config, spark, out=self.lines.append,
+                                          member_factory=lambda c, l: group_member_factory(c, l, metadata_max_age_ms=1000))
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.runner.run, args=(self.stop,), daemon=True)
         self.thread.start()
 
     def owned(self):
-        return set(self.runner._owned)
+        return set(self.runner.owned.partitions)
 
     def close(self):
         self.stop.set()
@@ -57,12 +59,12 @@ def test_partitions_move_between_following_queries_without_a_restart(bootstrap, 
     second = None
     try:
         _wait(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
-        query_id = first.runner._query.id
+        query_id = first.runner.reader.query.id
         second = Member(config, spark)
         _wait(lambda: len(first.owned()) == len(second.owned()) == PARTITIONS // 2, 180)
         produced |= produce(bootstrap, unique_name, json_events(400, start=400))
         _wait(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
-        assert first.runner._query.id == query_id  # the same query read before and after
+        assert first.runner.reader.query.id == query_id  # the same query read before and after
         for member in (first, second):
             assert sum("query started over reader" in line for line in member.lines) == 1, member.lines
             assert any("warmed up" in line and "through reader scg-kafka" in line for line in member.lines), member.lines
@@ -153,44 +155,43 @@ def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap
     def warmed_lines():
         return [line for line in lines if "batch path warmed up" in line]
 
-    runner = PipelineRunner(config, spark, member_factory=factory, out=lines.append)
+    runner = PipelineRunner.open(config, spark, member_factory=factory, out=lines.append)
     tables = [Path(config.sink.path), Path(config.sink.dead_letter_path)]
     before = {t: sorted(p.relative_to(t) for p in t.rglob("*")) for t in tables}
     try:
-        with runner._lock:
-            runner._start_following_query()
-        query_id = runner._query.id
-        runner._warm_up_in_query()     # the group has no member (the static member never joins it)
+        runner.reader.begin()          # run() starts the query over no partition before the warm-up
+        query_id = runner.reader.query.id
+        runner.reader.warm_up(threading.Event())     # the group has no member (the static member never joins it)
         assert any(f"(the group has no member: one batch): rehearsing batches over {unique_name}-0" in line
                    for line in lines), lines
         assert len(warmed_lines()) == 1 and "query, 1 batch," in warmed_lines()[0], lines
         assert f"read {unique_name}-0@" in warmed_lines()[0] and "in the member's query" in warmed_lines()[0]
         with GroupConsumer(bootstrap, config.group.id, unique_name) as consumer:  # another member reads
             consumer.commit(log_end_offsets(produced))                           # ... and is caught up
-            runner._warm_up_in_query()
+            runner.reader.warm_up(threading.Event())
             assert any("the group's 1 member(s) read its partitions meanwhile" in line and "within 4s)" in line
                        for line in lines), lines
             rehearsed = int(re.search(r"query, (\d+) batch", warmed_lines()[1]).group(1))
             assert rehearsed >= 2, warmed_lines()  # claimed again after the first (its trigger is well within 4 s)
             consumer.commit({p: 0 for p in partitions})  # 40 records behind, more than one batch reads (10)
-            runner._warm_up_in_query()
+            runner.reader.warm_up(threading.Event())
             assert any("the group is 40 records behind, more than its 1 member(s) read in a batch each (10): "
                        "one batch" in line for line in lines), lines
             assert "query, 1 batch," in warmed_lines()[2], warmed_lines()
         stopping = threading.Event()
         stopping.set()                 # a member stopped while warming up rehearses no further batch
-        runner._warm_up_in_query(stopping)
+        runner.reader.warm_up(stopping)
         assert len(warmed_lines()) == 3
         assert {t: sorted(p.relative_to(t) for p in t.rglob("*")) for t in tables} == before
-        assert members[0].commits == [] and runner._claims == {}
-        assert runner._query.isActive and runner._query.id == query_id
+        assert members[0].commits == [] and runner.reader.claims == {}
+        assert runner.reader.query.isActive and runner.reader.query.id == query_id
         runner.member.start()  # the static member is assigned both partitions; run()'s loop:
-        _wait(lambda: runner._check_query() == "active"
+        _wait(lambda: runner.check() is QueryState.RUNNING
               and table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
-        assert runner._query.id == query_id
+        assert runner.reader.query.id == query_id
     finally:
         try:
-            runner._stop_query(graceful=True)
+            runner.reader.stop(graceful=True)
         finally:
             readers[0].close(timeout_s=10)
     rows = delta_coordinates(spark, config.sink.path)

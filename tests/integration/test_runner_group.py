@@ -11,7 +11,8 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 
 from groupmgr.core import TopicPartition
 from pipelines.config import load_pipeline
-from pipelines.runtime.runner import PipelineRunner, group_member_factory, resolve_topics
+from pipelines.runtime.membership import group_member_factory, resolve_topics
+from pipelines.runtime.runner import PipelineRunner
 from tests.support.kafka_data import (create_topic, delta_coordinates, json_events, log_end_offsets,
                                       produce, table_reached, write_pipeline)
 
@@ -29,8 +30,8 @@ def test_two_topics_and_added_partitions(bootstrap, spark, tmp_path, unique_name
                     .replace("  starting_offsets: earliest\n", f"  starting_offsets: earliest\n  reader: {reader}\n"))
     config = load_pipeline(path)
     lines: list[str] = []
-    runner = PipelineRunner(config, spark, out=lines.append,
-                            member_factory=lambda c, l: group_member_factory(c, l, metadata_max_age_ms=1000))
+    runner = PipelineRunner.open(config, spark, out=lines.append,
+                                 member_factory=lambda c, l: group_member_factory(c, l, metadata_max_age_ms=1000))
     stop = threading.Event()
     thread = threading.Thread(target=runner.run, args=(stop,))
     thread.start()
@@ -39,7 +40,7 @@ def test_two_topics_and_added_partitions(bootstrap, spark, tmp_path, unique_name
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_partitions([NewPartitions(first, 4)])[first].result(timeout=30)
         produced |= produce(bootstrap, first, json_events(300, start=200))
-        _wait(lambda: TopicPartition(first, 3) in runner._owned, 120)
+        _wait(lambda: TopicPartition(first, 3) in runner.owned.partitions, 120)
         _wait(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
     finally:
         stop.set()
@@ -63,7 +64,7 @@ def test_topic_pattern_picks_up_a_new_matching_topic(bootstrap, spark, tmp_path,
     path.write_text(text.replace("  heartbeat_interval: 500ms\n", "  heartbeat_interval: 500ms\n  metadata_max_age: 1s\n"))
     config = load_pipeline(path)
     assert config.group.metadata_max_age_ms == 1000
-    runner = PipelineRunner(config, spark, out=lambda line: None)
+    runner = PipelineRunner.open(config, spark, out=lambda line: None)
     stop = threading.Event()
     thread = threading.Thread(target=runner.run, args=(stop,))
     thread.start()

@@ -41,10 +41,10 @@ def test_records_land_once_and_restart_resumes_from_delta(bootstrap, spark, tmp_
         members.append(StaticMember(listener, partitions))
         return members[-1]
 
-    runner = PipelineRunner(config, spark, member_factory=factory, out=lambda _: None)
+    runner = PipelineRunner.open(config, spark, member_factory=factory, out=lambda _: None)
     _run_until(runner, _recorded_all(runner, partitions, produced))
     produced |= produce(bootstrap, topic, json_events(200, start=300))
-    runner = PipelineRunner(config, spark, member_factory=factory, out=lambda _: None)
+    runner = PipelineRunner.open(config, spark, member_factory=factory, out=lambda _: None)
     _run_until(runner, _recorded_all(runner, partitions, produced))
 
     rows = delta_coordinates(spark, config.sink.path)
@@ -70,8 +70,8 @@ def test_bad_records_go_once_to_the_dead_letter_table(bootstrap, spark, tmp_path
     everything = produced_good.union(*produced_bad.values())
 
     for _ in range(2):  # the second run replays nothing: the tables already hold every offset
-        runner = PipelineRunner(config, spark, out=lambda _: None,
-                                member_factory=lambda cfg, lst: StaticMember(lst, partitions))
+        runner = PipelineRunner.open(config, spark, out=lambda _: None,
+                                     member_factory=lambda cfg, lst: StaticMember(lst, partitions))
         _run_until(runner, _recorded_all(runner, partitions, everything))
 
     assert sorted(delta_coordinates(spark, config.sink.path)) == sorted(produced_good)
@@ -90,6 +90,7 @@ def test_bad_records_go_once_to_the_dead_letter_table(bootstrap, spark, tmp_path
 
 def test_failed_query_restarts_from_the_table_without_loss_or_duplicates(
         bootstrap, spark, tmp_path, unique_name, monkeypatch):
+    from groupmgr.kafka_faults import Backoff
     from pipelines.runtime import runner as runner_module
     from pipelines.runtime.batch_writer import BatchHooks
 
@@ -105,10 +106,10 @@ def test_failed_query_restarts_from_the_table_without_loss_or_duplicates(
         if len(calls) == 1:
             raise RuntimeError("injected transient failure")
 
-    monkeypatch.setattr(runner_module, "RESTART_BACKOFF_S", 0.0)
+    monkeypatch.setattr(runner_module, "RESTART_BACKOFF", Backoff(0.0, 0.0))
     lines: list[str] = []
-    runner = PipelineRunner(config, spark, out=lines.append, hooks=BatchHooks(before_commit=fail_first),
-                            member_factory=lambda cfg, lst: StaticMember(lst, partitions))
+    runner = PipelineRunner.open(config, spark, out=lines.append, hooks=BatchHooks(before_commit=fail_first),
+                                 member_factory=lambda cfg, lst: StaticMember(lst, partitions))
     _run_until(runner, _recorded_all(runner, partitions, produced))
     assert any("restarting from the table's offsets (1/5)" in line for line in lines)
     rows = delta_coordinates(spark, config.sink.path)
@@ -116,7 +117,7 @@ def test_failed_query_restarts_from_the_table_without_loss_or_duplicates(
 
 
 def test_the_warm_up_reads_through_the_kafka_source_and_leaves_nothing(bootstrap, spark, tmp_path, unique_name):
-    """PipelineRunner._warm_up before joining: an available-now query over the last record of the
+    """The spark-kafka reader's warm-up before joining: an available-now query over the last record of the
     first topic's partition 0 runs the batch path; no data file, no table version, no checkpoint
     file and no Kafka commit is left behind."""
     topic = unique_name
@@ -129,10 +130,10 @@ def test_the_warm_up_reads_through_the_kafka_source_and_leaves_nothing(bootstrap
         members.append(StaticMember(listener, []))
         return members[-1]
 
-    runner = PipelineRunner(config, spark, member_factory=factory, out=lines.append)
+    runner = PipelineRunner.open(config, spark, member_factory=factory, out=lines.append)
     tables = [Path(config.sink.path), Path(config.sink.dead_letter_path)]
     before = {t: sorted(p.relative_to(t) for p in t.rglob("*")) for t in tables}
-    runner._warm_up()
+    runner.reader.warm_up(threading.Event())
     warmed = [line for line in lines if "batch path warmed up" in line]
     assert warmed and f"read {topic}-0@" in warmed[0], lines
     assert {t: sorted(p.relative_to(t) for p in t.rglob("*")) for t in tables} == before

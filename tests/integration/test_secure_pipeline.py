@@ -30,7 +30,7 @@ from pipelines.runtime.assigned_source import SOURCE_NAME, AssignedKafkaSource, 
 from pipelines.runtime.install_paths import PROJECT_ROOT
 from pipelines.runtime.kafka_access import check_kafka_access
 from pipelines.runtime.pipeline_tables import open_tables
-from pipelines.runtime.runner import member_config_for
+from pipelines.runtime.membership import member_config_for
 from pipelines.runtime.spark_session import prepare_session
 from tests.e2e.harness import MemberProcess, wait_until
 from tests.support.kafka_data import create_topic, delta_coordinates, json_events, log_end_offsets, produce, table_reached

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from pipelines.runtime.runner import at_once
+from pipelines.runtime.at_once import at_once
 
 
 def test_results_come_back_in_the_order_of_the_calls_and_the_calls_overlap():

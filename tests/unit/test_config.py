@@ -386,7 +386,7 @@ def test_sasl_ssl_client_options(tmp_path: Path):
 
 
 def test_client_config_reaches_the_group_member(tmp_path: Path):
-    from pipelines.runtime.runner import member_config_for
+    from pipelines.runtime.membership import member_config_for
 
     member = member_config_for(_secure(tmp_path))
     assert member.client_kwargs["request_timeout_ms"] == 20000

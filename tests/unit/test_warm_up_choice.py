@@ -1,17 +1,17 @@
-"""How long an scg-kafka member rehearses before it joins (PipelineRunner._warm_up_rounds and
-_who_waits, pure: the group's members, as their group.instance.id, and its backlog come from a
-fake probe, its committed offsets from a fake member)."""
+"""How long an scg-kafka member rehearses before it joins (warm_up.warm_up_rounds and who_waits,
+pure: the group's members, as their group.instance.id, and its backlog come from a fake probe,
+its committed offsets from a fake member)."""
 import threading
 from types import SimpleNamespace
 
 from groupmgr.core import TopicPartition
 from groupmgr.offsets import OffsetAndMetadata
-from pipelines.runtime.runner import PipelineRunner
+from pipelines.runtime.warm_up import WarmUpContext, warm_up_rounds
 
 
-def _runner(members=(None,), backlog: int | None = 0, limit_ms: int = 60_000, trigger_ms: int = 500,
-            instance_id: str | None = None, per_batch: int = 500_000, topics=("t",), asked=None,
-            offsets_error=None, pattern=None):
+def _context(members=(None,), backlog: int | None = 0, limit_ms: int = 60_000, trigger_ms: int = 500,
+             instance_id: str | None = None, per_batch: int = 500_000, topics=("t",), asked=None,
+             offsets_error=None, pattern=None) -> WarmUpContext:
     committed = {} if backlog is None else {TopicPartition(t, 0): 7 for t in topics} | {TopicPartition("other", 0): 3}
 
     def group_offsets(timeout_s):
@@ -29,19 +29,16 @@ def _runner(members=(None,), backlog: int | None = 0, limit_ms: int = 60_000, tr
             raise members
         return members
 
-    runner = SimpleNamespace(
-        probe=SimpleNamespace(group_members=group_members, backlog=probe_backlog, timeout_s=5.0),
-        member=SimpleNamespace(group_offsets=group_offsets),
-        config=SimpleNamespace(group=SimpleNamespace(id="g", instance_id=instance_id), topics=topics,
-                               topic_pattern=pattern,
-                               trigger=SimpleNamespace(processing_time_ms=trigger_ms),
-                               source=SimpleNamespace(warm_up_limit_ms=limit_ms, max_offsets_per_trigger=per_batch)))
-    runner._who_waits = lambda sleep, patience_s=10.0: PipelineRunner._who_waits(runner, sleep, patience_s)
-    return runner
+    config = SimpleNamespace(group=SimpleNamespace(id="g", instance_id=instance_id), topics=topics,
+                             topic_pattern=pattern, trigger=SimpleNamespace(processing_time_ms=trigger_ms),
+                             source=SimpleNamespace(warm_up_limit_ms=limit_ms, max_offsets_per_trigger=per_batch))
+    probe = SimpleNamespace(group_members=group_members, backlog=probe_backlog, timeout_s=5.0)
+    return WarmUpContext(spark=None, config=config, tables=None, probe=probe, group_offsets=group_offsets,
+                         note=lambda line: None)
 
 
 def _rounds(**settings):
-    return PipelineRunner._warm_up_rounds(_runner(**settings), threading.Event())
+    return warm_up_rounds(_context(**settings), threading.Event().wait)
 
 
 def test_while_others_read_the_group_s_partitions_it_rehearses_up_to_the_limit():

@@ -1,0 +1,204 @@
+"""The partitions a member owns, and which of them its query may read.
+
+Before a query reads a partition the member claims it in both tables (bumping its owner epochs,
+which fences any previous writer), then judges it (:func:`check_partition`) from the table's
+offsets and topic IDs, the group's commits and the brokers' view of the log — claim first, so
+the table shows anything a previous owner committed before the claim. The tables are made to
+agree with the verdicts before the query reads (a recreated topic's reset and new topic ID, a
+truncated log's skipped range as a ``data_loss`` dead letter). A partition that cannot run is
+*stopped*: the others go on, its condition is committed to the group for ``scg describe``, and it
+is checked again with backoff until it can run.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from groupmgr.core import TopicPartition
+from groupmgr.kafka_faults import Backoff
+from pipelines.runtime.at_once import at_once
+from pipelines.runtime.batch_writer import TableTargets
+from pipelines.runtime.partition_checks import (DATA_LOSS_REASON, STOPPED_METADATA, PartitionLog,
+                                                PartitionVerdict, check_partition, lost_range_value)
+from pipelines.runtime.start_offsets import choose_start_offset
+
+log = logging.getLogger("scg.runner")
+STOPPED_RECHECK = Backoff(5.0, 60.0)  # how often a stopped partition is checked again
+
+
+@dataclass(frozen=True)
+class PartitionChecks:
+    """The verdicts over some owned partitions and what they were made from."""
+
+    verdicts: list[PartitionVerdict]
+    recorded_offsets: Mapping[TopicPartition, int | None] = field(default_factory=dict)
+    recorded_ids: Mapping[TopicPartition, int | None] = field(default_factory=dict)
+    logs: Mapping[TopicPartition, PartitionLog] = field(default_factory=dict)
+    origins: Mapping[TopicPartition, str] = field(default_factory=dict)  # which rule chose the start
+
+    def origin(self, verdict: PartitionVerdict) -> str:
+        return verdict.events[-1].lower() if verdict.events else self.origins.get(verdict.tp, "")
+
+    @property
+    def runs(self) -> list[PartitionVerdict]:
+        return [v for v in self.verdicts if v.runs]
+
+    @property
+    def stopped(self) -> list[PartitionVerdict]:
+        return [v for v in self.verdicts if not v.runs]
+
+
+@dataclass(frozen=True)
+class StoppedPartition:
+    """An owned partition the query leaves out, why, since when, and when it is checked again."""
+
+    verdict: PartitionVerdict
+    since: float
+    next_check: float
+    checks: int
+
+
+class OwnedPartitions:
+    """The member's assignment and its stopped partitions; claims and checks partitions for the
+    query. ``tables`` has ``table`` and ``dead_table`` (TxnDeltaTable); ``committed(partitions)``
+    reads the group's commits, ``describe(partitions)`` the brokers' view of the logs
+    (BrokerProbe.describe), ``commit(offsets, metadata)`` commits to the group. Not thread safe:
+    the runner calls it under its lock."""
+
+    def __init__(self, tables, source, committed: Callable, describe: Callable,
+                 commit: Callable[[Mapping[TopicPartition, int], str], bool],
+                 note: Callable[[str], None], clock: Callable[[], float],
+                 wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)):
+        self._tables, self._source = tables, source
+        self._committed, self._describe, self._commit = committed, describe, commit
+        self._note, self._clock, self._wall_clock_ms = note, clock, wall_clock_ms
+        self.partitions: tuple[TopicPartition, ...] = ()
+        self.stopped: dict[TopicPartition, StoppedPartition] = {}
+
+    # -- the assignment -------------------------------------------------------------------------
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """The member's whole assignment now; stopped partitions it no longer holds are forgotten."""
+        self.partitions = tuple(sorted(partitions))
+        self.stopped = {tp: s for tp, s in self.stopped.items() if tp in self.partitions}
+
+    def revoke(self, partitions: Iterable[TopicPartition]) -> None:
+        gone = set(partitions)
+        self.partitions = tuple(tp for tp in self.partitions if tp not in gone)
+
+    def clear(self) -> None:
+        self.partitions = ()
+
+    # -- claims and checks ----------------------------------------------------------------------
+    def claim(self, partitions) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        """Claim ``partitions`` in the output and the dead-letter table (:meth:`TxnDeltaTable.claim`),
+        both at once: two tables, two commits, each ordered only against its own table. Their
+        epochs, output table first."""
+        return at_once(lambda: self._tables.table.claim(partitions),
+                       lambda: self._tables.dead_table.claim(partitions))
+
+    def check(self, partitions) -> PartitionChecks:
+        """Each partition's verdict (:func:`check_partition`) from the table's offsets and topic
+        IDs, the group's commits and the brokers' view of the logs (the three asked at once;
+        after the claim, so the table shows anything a previous owner committed before it)."""
+        (delta, recorded_ids), committed, probe = at_once(
+            lambda: self._tables.table.recorded(partitions),
+            lambda: {tp: getattr(om, "offset", om) for tp, om in self._committed(partitions).items()},
+            lambda: self._describe(partitions))
+        verdicts, origins = [], {}
+        for tp in partitions:
+            log_ = probe.logs.get(tp)
+            start = choose_start_offset(tp, delta, committed, self._source.starting_offsets,
+                                        getattr(log_, "earliest", None), getattr(log_, "latest", None))
+            origins[tp] = start.origin if start else ""
+            verdicts.append(check_partition(tp, start.offset if start else None, recorded_ids.get(tp), log_,
+                                            probe.errors.get(tp), self._source.on_data_loss, origins[tp]))
+        return PartitionChecks(verdicts, delta, recorded_ids, probe.logs, origins)
+
+    def apply(self, targets: TableTargets, checks: PartitionChecks) -> None:
+        """Make the tables agree with the verdicts of the partitions that run, before the query
+        reads them: resets (a recreated topic, a truncated log) and new topic IDs in one commit per
+        table, then each skipped range as a ``data_loss`` marker row in the dead-letter table,
+        committed in both tables like a batch (idempotent: a retry after a crash finds the range
+        recorded and writes nothing)."""
+        runs = checks.runs
+        resets = {v.tp: v.reset_to for v in runs if v.reset_to is not None}
+        ids = {v.tp: checks.logs[v.tp].topic_id for v in runs
+               if checks.recorded_ids.get(v.tp) != checks.logs[v.tp].topic_id}
+        events = [v for v in runs if v.events]
+        info = {"scg.event": ",".join(sorted({e for v in events for e in v.events})),
+                "scg.detail": " | ".join(v.detail for v in events)[:4000]} if events else None
+        if resets:
+            targets.dead_table.record_partitions(targets.dead_epochs, resets, {}, info)
+        targets.table.record_partitions(targets.epochs, resets, ids, info)
+        for v in events:
+            self._note(f"{v.tp.topic}-{v.tp.partition}: [{', '.join(v.events)}] {v.detail}")
+        lost = [v.lost for v in runs if v.lost is not None]
+        if lost:
+            targets.dead_table.commit(self._lost_markers(lost, targets.dead_table.schema), lost, targets.dead_epochs)
+            targets.table.commit(targets.table.schema.empty_table(), lost, targets.epochs)
+
+    def _lost_markers(self, lost, dead_schema: pa.Schema) -> pa.Table:
+        """One dead-letter row per skipped range, naming it (``data_loss``)."""
+        now_ms = self._wall_clock_ms()
+        markers = [{"topic": r.topic, "partition": r.partition, "offset": r.start, "timestamp": now_ms * 1000,
+                    "key": None, "value": lost_range_value(r, now_ms), "reason": DATA_LOSS_REASON} for r in lost]
+        return pa.Table.from_pylist([{f.name: m.get(f.name) for f in dead_schema} for m in markers],
+                                    schema=_with_int_timestamps(dead_schema)).cast(dead_schema)
+
+    # -- stopped partitions ---------------------------------------------------------------------
+    def note_stopped(self, checks: PartitionChecks, others: Iterable[PartitionVerdict] = ()) -> None:
+        """Record which owned partitions are stopped now (``checks``' stopped verdicts and
+        ``others``): one progress line when a partition stops (or its condition changes), a group
+        commit of the table's offset with ``scg:stopped:<condition>`` metadata for ``scg
+        describe``; partitions no longer stopped are announced as resumed."""
+        now = self._clock()
+        stopped = {v.tp: v for v in [*checks.stopped, *others]}
+        for tp in [tp for tp in self.stopped if tp not in stopped]:
+            self._note(f"{tp.topic}-{tp.partition} resumes (was stopped: {self.stopped.pop(tp).verdict.condition})")
+        for tp, verdict in stopped.items():
+            previous = self.stopped.get(tp)
+            attempt = previous.checks + 1 if previous else 1
+            self.stopped[tp] = StoppedPartition(verdict, previous.since if previous else now,
+                                                now + STOPPED_RECHECK.delay(attempt), attempt)
+            if previous is None or previous.verdict.condition != verdict.condition:
+                self._note(f"{tp.topic}-{tp.partition} stopped: [{verdict.condition}] {verdict.detail}; "
+                           "the other partitions go on; checked again with backoff")
+                self._publish_stopped(tp, verdict, checks.recorded_offsets.get(tp))
+
+    def stopped_except(self, partitions: Iterable[TopicPartition]) -> list[PartitionVerdict]:
+        """The verdicts of the stopped partitions not among ``partitions``."""
+        skip = set(partitions)
+        return [s.verdict for tp, s in self.stopped.items() if tp not in skip]
+
+    def recheck_due(self) -> bool:
+        """Check the stopped partitions whose backoff is over; True when one of them can run again
+        (the caller restarts the query over the owned partitions, whose start checks them all)."""
+        now = self._clock()
+        due = [tp for tp, s in self.stopped.items() if s.next_check <= now and tp in self.partitions]
+        if not due:
+            return False
+        try:
+            checks = self.check(tuple(due))
+        except Exception as exc:  # noqa: BLE001 - still stopped; checked again later
+            log.debug("checking stopped partitions failed: %s", exc)
+            checks = PartitionChecks([s.verdict for tp, s in self.stopped.items() if tp in due])
+        if checks.runs:
+            return True
+        self.note_stopped(checks, self.stopped_except(due))
+        return False
+
+    def _publish_stopped(self, tp: TopicPartition, verdict: PartitionVerdict, offset: int | None) -> None:
+        """Commit the table's offset of ``tp`` (never more than the table holds) with metadata
+        naming why it is stopped; best effort."""
+        if offset is not None:
+            self._commit({tp: offset}, f"{STOPPED_METADATA}{verdict.condition}: {verdict.detail}"[:1000])
+
+
+def _with_int_timestamps(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with timestamp fields as int64 (microseconds), to build rows then cast."""
+    return pa.schema([pa.field(f.name, pa.int64(), f.nullable) if pa.types.is_timestamp(f.type) else f
+                      for f in schema])

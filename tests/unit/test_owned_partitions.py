@@ -1,0 +1,148 @@
+"""The owned partitions (owned_partitions.OwnedPartitions) on real Delta tables (deltalake, no
+Spark, no Kafka: the brokers' view of the logs and the group's commits are given): the verdicts a
+start is made from, the tables made to agree with them before the query reads, and stopped
+partitions re-checked with backoff (docs/DESIGN.md, invariants 3 and 10)."""
+from types import SimpleNamespace
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from groupmgr.core import OffsetRange, TopicPartition
+from pipelines.runtime.batch_writer import TableTargets
+from pipelines.runtime.broker_probe import ProbeResult
+from pipelines.runtime.owned_partitions import STOPPED_RECHECK, OwnedPartitions, PartitionChecks
+from pipelines.runtime.partition_checks import DATA_LOSS_REASON, PartitionLog, PartitionVerdict, topic_fingerprint
+from sinks.txn_table import TxnDeltaTable
+from tests.support.fake_clock import FakeClock
+
+TP = TopicPartition("t", 0)
+OLD_ID, NEW_ID = topic_fingerprint("old-topic-id"), topic_fingerprint("new-topic-id")
+OUTPUT = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("v", pa.string())])
+DEAD = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                  ("timestamp", pa.timestamp("us", tz="UTC")), ("key", pa.binary()), ("value", pa.binary()),
+                  ("reason", pa.string())])
+
+
+class Brokers:
+    """What the brokers say of each partition's log (None: the partition is not described)."""
+
+    def __init__(self, logs):
+        self.logs = logs
+
+    def describe(self, partitions):
+        return ProbeResult({tp: self.logs[tp] for tp in partitions if self.logs.get(tp)},
+                           {tp: "LEADER_NOT_AVAILABLE" for tp in partitions if not self.logs.get(tp)})
+
+
+def owned(tmp_path, logs, on_data_loss="skip", committed=None, clock=None):
+    tables = SimpleNamespace(table=TxnDeltaTable(str(tmp_path / "out"), "app", OUTPUT),
+                             dead_table=TxnDeltaTable(str(tmp_path / "dead"), "app", DEAD))
+    lines, commits = [], []
+    source = SimpleNamespace(starting_offsets="earliest", on_data_loss=on_data_loss)
+    parts = OwnedPartitions(tables, source, lambda partitions: dict(committed or {}), Brokers(logs).describe,
+                            lambda offsets, metadata: commits.append((dict(offsets), metadata)) or True,
+                            lines.append, clock or FakeClock(), wall_clock_ms=lambda: 1_700_000_000_000)
+    return parts, tables, lines, commits
+
+
+def start(parts, tables, partitions=(TP,)) -> PartitionChecks:
+    """What a reader's start does: claim, check, make the tables agree."""
+    epochs, dead_epochs = parts.claim(partitions)
+    checks = parts.check(partitions)
+    parts.apply(TableTargets(tables.table, tables.dead_table, epochs, dead_epochs), checks)
+    return checks
+
+
+def test_a_new_partition_records_its_topic_id_and_starts_where_the_policy_says(tmp_path):
+    parts, tables, _, _ = owned(tmp_path, {TP: PartitionLog(3, 10, OLD_ID)})
+    checks = start(parts, tables)
+    assert [(v.tp, v.offset, v.events) for v in checks.verdicts] == [(TP, 3, ())]
+    assert checks.origin(checks.verdicts[0]) == "earliest"
+    assert tables.table.recorded([TP]) == ({TP: None}, {TP: OLD_ID})
+
+
+def test_the_tables_offset_wins_over_the_groups(tmp_path):
+    parts, tables, _, _ = owned(tmp_path, {TP: PartitionLog(0, 10, OLD_ID)}, committed={TP: 4})
+    start(parts, tables)
+    epochs = tables.table.claim([TP])
+    tables.table.commit(OUTPUT.empty_table(), [OffsetRange("t", 0, 0, 7)], epochs)
+    assert start(parts, tables).verdicts[0].offset == 7
+
+
+def test_a_recreated_topic_resets_both_tables_to_0_and_records_the_new_id_once(tmp_path):
+    parts, tables, lines, _ = owned(tmp_path, {TP: PartitionLog(0, 2, NEW_ID)})
+    epochs = tables.table.claim([TP])
+    tables.table.record_partitions(epochs, {TP: 8}, {TP: OLD_ID})  # the table read the old topic to 8
+    checks = start(parts, tables)
+    assert checks.verdicts[0].offset == 0 and checks.verdicts[0].events == ("TOPIC_RECREATED",)
+    assert tables.table.recorded([TP]) == ({TP: 0}, {TP: NEW_ID})
+    assert tables.dead_table.recorded_offsets([TP]) == {TP: 0}
+    assert any("[TOPIC_RECREATED]" in line for line in lines)
+    again = start(parts, tables)  # the next start: the table holds the new ID, nothing is reset again
+    assert again.verdicts[0].offset == 0 and again.verdicts[0].events == ()
+    assert again.verdicts[0].reset_to is None
+
+
+def test_a_caught_up_partition_is_not_reset(tmp_path):
+    parts, tables, _, _ = owned(tmp_path, {TP: PartitionLog(0, 10, OLD_ID)})
+    epochs = tables.table.claim([TP])
+    tables.table.record_partitions(epochs, {TP: 10}, {TP: OLD_ID})
+    checks = start(parts, tables)
+    assert checks.verdicts[0].offset == 10 and checks.verdicts[0].events == ()
+    assert checks.verdicts[0].reset_to is None
+    assert tables.table.recorded([TP]) == ({TP: 10}, {TP: OLD_ID})
+
+
+def test_a_truncated_log_resets_both_tables_to_its_end(tmp_path):
+    parts, tables, _, _ = owned(tmp_path, {TP: PartitionLog(0, 6, OLD_ID)})
+    epochs = tables.table.claim([TP])
+    tables.table.record_partitions(epochs, {TP: 9}, {TP: OLD_ID})
+    checks = start(parts, tables)
+    assert checks.verdicts[0].offset == 6 and checks.verdicts[0].events == ("LOG_TRUNCATED",)
+    assert tables.table.recorded_offsets([TP]) == {TP: 6} and tables.dead_table.recorded_offsets([TP]) == {TP: 6}
+
+
+def test_a_skipped_range_is_one_data_loss_row_committed_in_both_tables_once(tmp_path):
+    parts, tables, _, _ = owned(tmp_path, {TP: PartitionLog(5, 10, OLD_ID)})
+    epochs = tables.table.claim([TP])
+    tables.table.record_partitions(epochs, {TP: 2}, {TP: OLD_ID})
+    checks = start(parts, tables)
+    assert checks.verdicts[0].offset == 5 and checks.verdicts[0].lost == OffsetRange("t", 0, 2, 5)
+    dead = DeltaTable(tables.dead_table.path).to_pyarrow_table().to_pylist()
+    assert [(r["offset"], r["reason"]) for r in dead] == [(2, DATA_LOSS_REASON)]
+    assert b'"lost_from": 2, "lost_until": 5' in dead[0]["value"]
+    assert tables.table.recorded_offsets([TP]) == {TP: 5} and tables.dead_table.recorded_offsets([TP]) == {TP: 5}
+    start(parts, tables)  # a retry finds the range recorded and writes nothing
+    assert len(DeltaTable(tables.dead_table.path).to_pyarrow_table()) == 1
+
+
+def test_a_stopped_partition_is_committed_with_its_condition_and_rechecked_with_backoff(tmp_path):
+    clock = FakeClock()
+    parts, tables, lines, commits = owned(tmp_path, {TP: None}, clock=clock)
+    parts.assign([TP])
+    checks = start(parts, tables)
+    assert checks.runs == [] and checks.verdicts[0].condition == "LEADER_NOT_AVAILABLE"
+    parts.note_stopped(PartitionChecks(checks.verdicts, recorded_offsets={TP: 4}))
+    assert commits == [({TP: 4}, "scg:stopped:LEADER_NOT_AVAILABLE: the brokers did not describe t-0")]
+    first = parts.stopped[TP].next_check
+    assert clock() + STOPPED_RECHECK.delay(1, 0.0) <= first <= clock() + STOPPED_RECHECK.delay(1, 1.0)
+    assert not parts.recheck_due() and parts.stopped[TP].checks == 1   # not due yet
+    clock.now = first
+    assert not parts.recheck_due() and parts.stopped[TP].checks == 2   # still stopped: backoff grows
+    assert parts.stopped[TP].next_check - clock() >= STOPPED_RECHECK.delay(2, 0.0)
+    assert len(commits) == 1 and sum("stopped: [LEADER_NOT_AVAILABLE]" in line for line in lines) == 1
+    parts.check = lambda partitions: PartitionChecks([PartitionVerdict(TP, 4)])
+    clock.now = parts.stopped[TP].next_check
+    assert parts.recheck_due()                                          # it can run again
+
+
+def test_a_stopped_partition_no_longer_owned_is_not_rechecked(tmp_path):
+    clock = FakeClock()
+    parts, _, _, _ = owned(tmp_path, {TP: None}, clock=clock)
+    parts.assign([TP])
+    parts.note_stopped(PartitionChecks([PartitionVerdict(TP, None, "LEADER_NOT_AVAILABLE", "x")]))
+    parts.assign([])
+    clock.advance(3600)
+    asked = []
+    parts.check = lambda partitions: asked.append(partitions) or PartitionChecks([])
+    assert not parts.recheck_due() and asked == [] and parts.stopped == {}
