@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.runtime.records import (MALFORMED_JSON, NULL_VALUE, SCHEMA_MISMATCH, VALUE_TOO_LARGE, RecordFacts,
-                                       RecordFormat, dead_letter_reason, reason_rules)
+from pipelines.runtime.records import (HEADERS_DDL, KAFKA_ROW_DDL, MALFORMED_JSON, NULL_VALUE, SCHEMA_MISMATCH,
+                                       VALUE_TOO_LARGE, RecordFacts, RecordFormat, dead_letter_reason, kafka_row_ddl,
+                                       reason_rules)
 
 LIMIT = 16
 RAW = RecordFormat("raw", None, LIMIT)
@@ -71,3 +72,10 @@ def test_the_reasons_are_checked_in_the_documented_order():
     assert [reason for reason, _ in reason_rules(RAW)] == [NULL_VALUE, VALUE_TOO_LARGE]
     assert (NULL_VALUE, VALUE_TOO_LARGE, MALFORMED_JSON, SCHEMA_MISMATCH) == (
         "null_value", "value_too_large", "malformed_json", "schema_mismatch")  # the table's reason values
+
+
+def test_kafka_rows_carry_headers_only_when_the_format_keeps_them():
+    """The schema of the rows a batch is made of (the warm-up's made-up record, tests) is Spark's
+    Kafka source's, with ``headers`` exactly when ``source.include_headers`` is on."""
+    assert kafka_row_ddl(False) == KAFKA_ROW_DDL and "headers" not in KAFKA_ROW_DDL
+    assert kafka_row_ddl(True) == f"{KAFKA_ROW_DDL}, {HEADERS_DDL}"
