@@ -188,7 +188,9 @@ class AssignedKafkaReader(DataSourceStreamReader):
     """Plans on the driver, reads on the executors (see the module docstring). The planner's
     methods run in one long-lived process per query, one call at a time."""
 
-    def __init__(self, options: Mapping[str, str]):
+    def __init__(self, options: Mapping[str, str], probe=None):
+        """``probe``: how the planner asks the brokers for log ends (default: a BrokerProbe made
+        at first use from the ``kafka.*`` options)."""
         self.client_config = {k[len(KAFKA_PREFIX):]: v for k, v in options.items() if k.startswith(KAFKA_PREFIX)}
         # Spark's Kafka source reads with the Java client's default; librdkafka's is read_committed
         self.client_config.setdefault("isolation.level", "read_uncommitted")
@@ -201,7 +203,7 @@ class AssignedKafkaReader(DataSourceStreamReader):
         min_rows = options.get("minOffsetsPerTrigger")
         self.limits = RateLimits(int(max_rows) if max_rows else None, int(min_rows) if min_rows else None,
                                  int(options.get("maxTriggerDelayMs", RateLimits.max_delay_ms)))
-        self._probe = None
+        self._probe = probe
         self._last_batch_ms = time.time() * 1000
         self._unanswered_since: dict[TopicPartition, float] = {}
 

@@ -434,11 +434,15 @@ class BatchWriter:
                  report: Callable[[BatchReport], None],
                  refused: Callable[[int, FencedWriterError], None],
                  hooks: BatchHooks = NO_HOOKS,
-                 check_sources: Callable[[tuple[OffsetRange, ...]], None] = lambda ranges: None):
+                 check_sources: Callable[[tuple[OffsetRange, ...]], None] = lambda ranges: None,
+                 prepare: Callable[[object, frozenset[TopicPartition]], PreparedBatch] | None = None):
+        """``prepare(batch_df, left_out)``: how a micro-batch is planned for writing (default: the
+        Spark plan of :meth:`_prepare`)."""
         self.fmt, self.transform, self.targets = fmt, transform, targets
         self.offset_log, self.commit_kafka, self.report = offset_log, commit_kafka, report
         self.refused, self.hooks, self.check_sources = refused, hooks, check_sources
         self.gate = BatchGate()
+        self._prepare_batch = prepare or self._prepare
         self._rehearsal: Callable[[object, tuple[OffsetRange, ...]], None] | None = None
         self.failure: BaseException | None = None  # what the last failed batch raised
 
@@ -485,7 +489,7 @@ class BatchWriter:
 
     def _write(self, batch_df, batch_id: int, ranges: tuple[OffsetRange, ...], started: float,
                left_out: frozenset[TopicPartition]) -> None:
-        batch = self._prepare(batch_df, left_out)
+        batch = self._prepare_batch(batch_df, left_out)
         source_checked = functools.cache(lambda: self.check_sources(ranges))  # once the rows were read
         try:
             self.hooks.before_commit(batch_id, ranges)

@@ -46,9 +46,10 @@ def make_writer(calls, table_error=None, one_pass=True):
     writer = BatchWriter(RecordFormat("raw", None, 1024), None, targets, FakeLog(),
                          commit_kafka=lambda offsets, meta: calls.append(("kafka", offsets, meta)) or True,
                          report=lambda report: calls.append("report"),
-                         refused=lambda batch_id, err: calls.append("refused"))
-    writer._prepare = lambda df, left_out: ReleaseRecorded(
-        pa.table({"offset": [0, 1], "reason": [None, None]}), pa.table({"offset": []}), calls, one_pass)
+                         refused=lambda batch_id, err: calls.append("refused"),
+                         prepare=lambda df, left_out: ReleaseRecorded(
+                             pa.table({"offset": [0, 1], "reason": [None, None]}), pa.table({"offset": []}),
+                             calls, one_pass))
     return writer
 
 
@@ -204,17 +205,15 @@ def delta_tables(tmp_path):
 
 
 def real_writer(targets, planned, batches, calls):
-    writer = BatchWriter(RecordFormat("raw", None, 1024), None, targets, PlannedLog(planned),
-                         commit_kafka=lambda offsets, meta: calls.append(("kafka", offsets, meta)) or True,
-                         report=lambda report: calls.append(report),
-                         refused=lambda batch_id, err: calls.append(("refused", err)))
     def prepare(batch_df, left_out):  # as SparkBatch(without_partitions(batch_df, left_out)) would
         good, dead = (_without(rows, left_out) for rows in batches.pop(0))
         calls.append(("prepared without", left_out))
         return ArrowBatch(good.append_column("reason", pa.nulls(good.num_rows, pa.string())), dead)
 
-    writer._prepare = prepare
-    return writer
+    return BatchWriter(RecordFormat("raw", None, 1024), None, targets, PlannedLog(planned),
+                       commit_kafka=lambda offsets, meta: calls.append(("kafka", offsets, meta)) or True,
+                       report=lambda report: calls.append(report),
+                       refused=lambda batch_id, err: calls.append(("refused", err)), prepare=prepare)
 
 
 def test_batches_land_in_real_tables_with_each_tables_own_epochs(delta_tables):
@@ -339,11 +338,10 @@ def test_a_retry_with_other_settings_keeps_every_record_in_exactly_one_table(del
     attempts = [_classified(T0, range(4), first_dead), _classified(T0, range(4), retry_dead)]
 
     def writer(hooks):
-        w = BatchWriter(RecordFormat("raw", None, 1024), None, delta_tables, PlannedLog(planned),
-                        commit_kafka=lambda offsets, meta: True, report=lambda report: None,
-                        refused=lambda batch_id, err: None, hooks=hooks)
-        w._prepare = lambda df, left_out: attempts.pop(0)
-        return w
+        return BatchWriter(RecordFormat("raw", None, 1024), None, delta_tables, PlannedLog(planned),
+                           commit_kafka=lambda offsets, meta: True, report=lambda report: None,
+                           refused=lambda batch_id, err: None, hooks=hooks,
+                           prepare=lambda df, left_out: attempts.pop(0))
 
     with pytest.raises(OSError):
         writer(BatchHooks(files_written=FailSecondTableOnce()))(None, 0)
@@ -384,8 +382,7 @@ def test_a_plan_changed_after_the_one_pass_write_is_decided_again_in_two_passes(
                                delta_tables.dead_epochs, committed_dead={2})
     writer = BatchWriter(RecordFormat("raw", None, 1024), None, delta_tables, PlannedLog(planned),
                          commit_kafka=lambda offsets, meta: True, report=lambda report: None,
-                         refused=lambda batch_id, err: None)
-    writer._prepare = lambda df, left_out: batch
+                         refused=lambda batch_id, err: None, prepare=lambda df, left_out: batch)
     writer(None, 0)
     out, dead = coordinates(delta_tables.table.path), coordinates(delta_tables.dead_table.path)
     assert dead == [("t", 0, 2)]

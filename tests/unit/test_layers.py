@@ -177,3 +177,29 @@ def test_install_paths_find_the_project_root():
 
     assert PROJECT_ROOT == ROOT and (PROJECT_ROOT / "setup.cfg").is_file()
     assert (conf_dir() / "pipelines" / "demo.yaml").is_file()
+
+
+# The runner sits on top of pipelines/runtime: its pieces never import it, and nothing in the
+# runtime layer but the runner imports the pieces that make up a member (so none of them reaches
+# another through the runner's attributes); the CLI and local tooling build a runner.
+RUNNER = "pipelines.runtime.runner"
+RUNNER_PARTS = {"pipelines.runtime.query_supervisor", "pipelines.runtime.reader_modes",
+                "pipelines.runtime.owned_partitions", "pipelines.runtime.warm_up",
+                "pipelines.runtime.membership"}
+
+
+def test_only_the_cli_and_local_tooling_import_the_runner():
+    importers = sorted(m for m, targets in import_graph().items() if RUNNER in targets)
+    assert importers and all(m.startswith(("pipelines.cli", "pipelines.local")) for m in importers), importers
+
+
+def test_the_runners_pieces_import_one_another_only_downward():
+    """reader_modes uses owned_partitions and warm_up; the supervisor, owned partitions, warm-up
+    and membership import no other piece."""
+    graph = import_graph()
+    allowed = {"pipelines.runtime.reader_modes": {"pipelines.runtime.owned_partitions", "pipelines.runtime.warm_up"}}
+    crossing = {m: sorted(graph[m] & RUNNER_PARTS - allowed.get(m, set())) for m in RUNNER_PARTS}
+    assert not any(crossing.values()), crossing
+    outside = sorted(m for m, targets in graph.items() if targets & RUNNER_PARTS
+                     and m not in RUNNER_PARTS | {RUNNER} and not m.startswith(("pipelines.cli", "pipelines.local")))
+    assert not outside, f"runtime modules that reach into the runner's pieces: {outside}"

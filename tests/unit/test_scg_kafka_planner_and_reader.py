@@ -36,9 +36,8 @@ class FakeProbe:
 def reader(tmp_path, claims, ends, limits=RateLimits(), **config):
     file = AssignmentFile(tmp_path / "assignment.json")
     file.write(Assignment(claims))
-    r = AssignedKafkaReader(source_options({"bootstrap.servers": "x", **config}, file.path, limits))
-    r._probe = FakeProbe(ends)
-    return r
+    return AssignedKafkaReader(source_options({"bootstrap.servers": "x", **config}, file.path, limits),
+                               probe=FakeProbe(ends))
 
 
 def test_the_planner_reads_the_assignment_file_at_every_call(tmp_path):
@@ -168,8 +167,7 @@ def test_the_first_trigger_waits_for_nothing(tmp_path, monkeypatch):
     """The runner may wait for the query's first trigger to be planned before it joins."""
     file = AssignmentFile(tmp_path / "assignment.json")
     r = AssignedKafkaReader(source_options({"bootstrap.servers": "x"}, file.path, RateLimits(),
-                                           trigger_interval_ms=60_000))
-    r._probe = FakeProbe({})
+                                           trigger_interval_ms=60_000), probe=FakeProbe({}))
     monkeypatch.setattr(r.assignment_file, "wait_for_change", lambda version, deadline: pytest.fail("waited"))
     assert SourceOffset.from_dict(r.latestOffset(INITIAL.to_dict(), ReadAllAvailable())).claims == {}
 
