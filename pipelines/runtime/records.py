@@ -142,7 +142,7 @@ def reason_rules(fmt: RecordFormat) -> tuple[Rule, ...]:
 
     A condition reads a record's facts: ``value_is_null``, ``value_size`` (bytes), ``json_failed``
     (the value did not parse into the schema) and ``json_failed_not_object`` (... nor as a JSON
-    object). Over :class:`RecordFacts` (Python values) each is a bool; over Spark's facts a Column.
+    object). Over :class:`RecordFacts` each is a Python value; over Spark's facts a Column.
     A condition is only read when the ones before it do not hold (a null value has no size)."""
     rules: tuple[Rule, ...] = (
         (NULL_VALUE, lambda facts: facts.value_is_null),
@@ -156,25 +156,20 @@ def reason_rules(fmt: RecordFormat) -> tuple[Rule, ...]:
 
 @dataclass(frozen=True)
 class RecordFacts:
-    """What the dead-letter rule reads of one record, as Python values: its value bytes (None for
-    a tombstone), whether parsing it with the format's schema failed, and if so whether it is a
-    JSON object nonetheless (wrong types) or not JSON at all."""
+    """What the dead-letter rule reads of one record, as Python values (:func:`record_facts`)."""
 
-    value: bytes | None
-    json_failed: bool = False
-    json_object: bool = False
+    value_is_null: bool
+    value_size: int | None            # bytes; None for a tombstone
+    json_failed: bool                 # parsing the value with the format's schema failed
+    json_failed_not_object: bool      # ... and the value is not a JSON object either
 
-    @property
-    def value_is_null(self) -> bool:
-        return self.value is None
 
-    @property
-    def value_size(self) -> int:
-        return len(self.value)  # type: ignore[arg-type]  # read only for a value (reason_rules)
-
-    @property
-    def json_failed_not_object(self) -> bool:
-        return self.json_failed and not self.json_object
+def record_facts(value: bytes | None, json_failed: bool = False, json_object: bool = False) -> RecordFacts:
+    """The facts of a record whose value is ``value`` (None: a tombstone); ``json_failed``: the
+    value did not parse into the format's schema; ``json_object``: it parses as a JSON object
+    (so a failure means wrong types, not malformed JSON)."""
+    return RecordFacts(value is None, None if value is None else len(value), json_failed,
+                       json_failed and not json_object)
 
 
 def dead_letter_reason(fmt: RecordFormat, facts: RecordFacts) -> str | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pipelines.runtime.records import (HEADERS_DDL, KAFKA_ROW_DDL, MALFORMED_JSON, NULL_VALUE, SCHEMA_MISMATCH,
-                                       VALUE_TOO_LARGE, RecordFacts, RecordFormat, dead_letter_reason, kafka_row_ddl,
-                                       reason_rules)
+                                       VALUE_TOO_LARGE, RecordFormat, dead_letter_reason, kafka_row_ddl, reason_rules,
+                                       record_facts)
 
 LIMIT = 16
 RAW = RecordFormat("raw", None, LIMIT)
@@ -15,55 +15,55 @@ JSON = RecordFormat("json", "id BIGINT", LIMIT)
 
 @pytest.mark.parametrize("fmt", [RAW, JSON], ids=["raw", "json"])
 def test_a_value_of_exactly_max_value_bytes_is_kept_and_one_byte_more_is_too_large(fmt):
-    assert dead_letter_reason(fmt, RecordFacts(b"x" * (LIMIT - 1))) is None
-    assert dead_letter_reason(fmt, RecordFacts(b"x" * LIMIT)) is None
-    assert dead_letter_reason(fmt, RecordFacts(b"x" * (LIMIT + 1))) == VALUE_TOO_LARGE
+    assert dead_letter_reason(fmt, record_facts(b"x" * (LIMIT - 1))) is None
+    assert dead_letter_reason(fmt, record_facts(b"x" * LIMIT)) is None
+    assert dead_letter_reason(fmt, record_facts(b"x" * (LIMIT + 1))) == VALUE_TOO_LARGE
 
 
 def test_the_size_limit_counts_bytes_not_characters():
     value = ("é" * (LIMIT // 2)).encode()  # LIMIT bytes, LIMIT / 2 characters
-    assert dead_letter_reason(RAW, RecordFacts(value)) is None
-    assert dead_letter_reason(RAW, RecordFacts(value + b"!")) == VALUE_TOO_LARGE
+    assert dead_letter_reason(RAW, record_facts(value)) is None
+    assert dead_letter_reason(RAW, record_facts(value + b"!")) == VALUE_TOO_LARGE
 
 
 def test_with_a_limit_of_zero_only_the_empty_value_is_kept():
     fmt = RecordFormat("raw", None, 0)
-    assert dead_letter_reason(fmt, RecordFacts(b"")) is None
-    assert dead_letter_reason(fmt, RecordFacts(b"x")) == VALUE_TOO_LARGE
+    assert dead_letter_reason(fmt, record_facts(b"")) is None
+    assert dead_letter_reason(fmt, record_facts(b"x")) == VALUE_TOO_LARGE
 
 
 @pytest.mark.parametrize("fmt", [RAW, JSON], ids=["raw", "json"])
 def test_a_tombstone_is_a_null_value_whatever_else_holds(fmt):
     """A null value has no size and no JSON: ``null_value`` comes first."""
-    assert dead_letter_reason(fmt, RecordFacts(None)) == NULL_VALUE
-    assert dead_letter_reason(fmt, RecordFacts(None, json_failed=True)) == NULL_VALUE
-    assert dead_letter_reason(fmt, RecordFacts(None, json_failed=True, json_object=True)) == NULL_VALUE
+    assert dead_letter_reason(fmt, record_facts(None)) == NULL_VALUE
+    assert dead_letter_reason(fmt, record_facts(None, json_failed=True)) == NULL_VALUE
+    assert dead_letter_reason(fmt, record_facts(None, json_failed=True, json_object=True)) == NULL_VALUE
 
 
 @pytest.mark.parametrize("json_object", [False, True])
 def test_a_too_large_value_is_value_too_large_even_when_it_does_not_parse(json_object):
     """The size is checked before the JSON: an oversized value is never reported as malformed."""
-    facts = RecordFacts(b"x" * (LIMIT + 1), json_failed=True, json_object=json_object)
+    facts = record_facts(b"x" * (LIMIT + 1), json_failed=True, json_object=json_object)
     assert dead_letter_reason(JSON, facts) == VALUE_TOO_LARGE
 
 
 def test_a_value_that_is_no_json_object_is_malformed_json():
-    assert dead_letter_reason(JSON, RecordFacts(b"[1, 2]", json_failed=True, json_object=False)) == MALFORMED_JSON
+    assert dead_letter_reason(JSON, record_facts(b"[1, 2]", json_failed=True, json_object=False)) == MALFORMED_JSON
 
 
 def test_a_json_object_that_does_not_fit_the_schema_is_a_schema_mismatch():
-    assert dead_letter_reason(JSON, RecordFacts(b'{"id": "x"}', json_failed=True, json_object=True)) == SCHEMA_MISMATCH
+    assert dead_letter_reason(JSON, record_facts(b'{"id": "x"}', json_failed=True, json_object=True)) == SCHEMA_MISMATCH
 
 
 def test_a_value_that_parsed_is_kept_whatever_it_is():
-    assert dead_letter_reason(JSON, RecordFacts(b'{"id": 1}')) is None
-    assert dead_letter_reason(JSON, RecordFacts(b'{"id": 1}', json_object=True)) is None
+    assert dead_letter_reason(JSON, record_facts(b'{"id": 1}')) is None
+    assert dead_letter_reason(JSON, record_facts(b'{"id": 1}', json_object=True)) is None
 
 
 def test_a_raw_format_has_no_json_reasons():
     """Raw values are not parsed: only a tombstone or the size makes a raw record a dead letter."""
-    assert dead_letter_reason(RAW, RecordFacts(b"not json", json_failed=True)) is None
-    assert dead_letter_reason(RAW, RecordFacts(b"{}", json_failed=True, json_object=True)) is None
+    assert dead_letter_reason(RAW, record_facts(b"not json", json_failed=True)) is None
+    assert dead_letter_reason(RAW, record_facts(b"{}", json_failed=True, json_object=True)) is None
 
 
 def test_the_reasons_are_checked_in_the_documented_order():
