@@ -48,7 +48,10 @@ def test_a_too_large_value_is_value_too_large_even_when_it_does_not_parse(json_o
 
 
 def test_a_value_that_is_no_json_object_is_malformed_json():
+    """Also when the facts do not say: a parse failure is malformed JSON unless the value is known
+    to be a JSON object."""
     assert dead_letter_reason(JSON, record_facts(b"[1, 2]", json_failed=True, json_object=False)) == MALFORMED_JSON
+    assert dead_letter_reason(JSON, record_facts(b"nope", json_failed=True)) == MALFORMED_JSON
 
 
 def test_a_json_object_that_does_not_fit_the_schema_is_a_schema_mismatch():
