@@ -20,35 +20,26 @@ from groupmgr.consumer_protocol import decode_subscription
 from groupmgr.generation import MemberState
 from groupmgr.group_errors import IllegalGeneration, StaleGenerationError
 from groupmgr.member import GroupMember
-from tests.unit.fake_coordinator import WAIT, FakeGroup, Recorder, config
+from tests.support.fake_coordinator import WAIT, FakeGroup, Recorder, config, coordinator_fixture, members_on
 
 # by path: the venv may predate the cooperative-sticky entry point (same class, same protocol name)
 COOP = "groupmgr.assignors.cooperative_sticky:CooperativeStickyAssignor"
 T = tuple(TP("t", p) for p in range(4))
 
 
-@pytest.fixture
-def fake() -> FakeGroup:
-    return FakeGroup({"t": 4}, join_wait_s=1.0)
+fake = coordinator_fixture({"t": 4}, FakeGroup, join_wait_s=1.0)
+
+
+def record_revoke_generations(member: GroupMember, recorder: Recorder) -> None:
+    """``recorder.revoked_in``: the member's commit generation while each on_revoked ran."""
+    recorder.revoked_in = []
+    recorder.hooks["revoked"] = lambda parts: recorder.revoked_in.append(member.generation.generation_id)
 
 
 @pytest.fixture
 def started(fake):
-    members: list[GroupMember] = []
-
-    def start(assignors=(COOP,), **overrides) -> tuple[GroupMember, Recorder]:
-        recorder = Recorder()
-        member = GroupMember(config(topics=("t",), assignors=assignors, **overrides), recorder,
-                             transport=fake)
-        recorder.member = member
-        recorder.revoked_in = []  # the member's commit generation while each on_revoked ran
-        recorder.hooks["revoked"] = lambda parts: recorder.revoked_in.append(member.generation.generation_id)
-        members.append(member.start())
-        return member, recorder
-
-    yield start
-    for member in members:
-        member.close(timeout_s=5)
+    with members_on(fake, prepare=record_revoke_generations, topics=("t",), assignors=(COOP,)) as start:
+        yield start
 
 
 def settled(fake: FakeGroup, *members: GroupMember, generation: int) -> bool:
@@ -144,9 +135,9 @@ def test_fenced_cooperative_member_loses_everything_as_in_eager(fake, started):
 
 @pytest.mark.parametrize("assignors", [("range",), (COOP, "range")], ids=["range", "cooperative-sticky+range"])
 def test_eager_members_revoke_everything_before_rejoining(fake, started, assignors):
-    a, rec_a = started(assignors)
+    a, rec_a = started(assignors=assignors)
     assert a.wait_until_stable(WAIT) and a.protocol == EAGER
-    b, rec_b = started(assignors)
+    b, rec_b = started(assignors=assignors)
     assert settled(fake, a, b, generation=2)
     assert events(rec_a)[:3] == [("assigned", 1, T), ("revoked", None, T), ("assigned", 2, a.assignment)]
     assert rec_a.revoked_in == [1]  # before the rejoin: the old generation is still in force
@@ -162,7 +153,7 @@ def test_eager_members_revoke_everything_before_rejoining(fake, started, assigno
 
 
 def test_eager_member_cannot_commit_while_rejoining(fake, started):
-    a, rec_a = started(("range",))
+    a, rec_a = started(assignors=("range",))
     assert a.wait_until_stable(WAIT)
     with fake.lock:
         fake.members["ghost"] = None
@@ -179,7 +170,7 @@ def test_rolling_switch_eager_leader_lets_cooperative_owners_revoke_before_reass
     others only cooperative-sticky. The assignor withholds a partition a cooperative member must give
     up; the eager leader validates with the cooperative rules (as Kafka's eager leader lets it
     through), the owner revokes it and the follow-up rebalance assigns it."""
-    a, rec_a = started((COOP, "range"))
+    a, rec_a = started(assignors=(COOP, "range"))
     assert a.wait_until_stable(WAIT) and a.protocol == EAGER
     b, rec_b = started()
     assert settled(fake, a, b, generation=2)

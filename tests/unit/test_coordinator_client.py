@@ -14,7 +14,7 @@ from groupmgr.coordinator_client import CoordinatorClient, KafkaTransport, Lazil
 from groupmgr.group_errors import CoordinatorUnreachable, GroupAuthorizationFailed, MemberClosedError, NotCoordinator
 from groupmgr.generation import MemberState
 from groupmgr.member import GroupMember, MemberConfig
-from tests.unit.fake_coordinator import FakeCoordinator, Recorder
+from tests.support.fake_coordinator import FakeCoordinator, Recorder
 
 
 class StepClock:

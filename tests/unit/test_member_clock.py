@@ -13,7 +13,7 @@ from groupmgr.assignors import TopicPartition as TP
 from groupmgr.generation import MemberState
 from groupmgr.member import GroupMember
 from tests.support.fake_clock import FakeClock
-from tests.unit.fake_coordinator import FakeCoordinator, Recorder, config
+from tests.support.fake_coordinator import Recorder, config, coordinator_fixture
 
 SESSION_MS, INTERVAL_MS = 1000, 125   # binary fractions of a second: the clock sums are exact
 SESSIONS = 5
@@ -25,9 +25,7 @@ def clock() -> FakeClock:
     return FakeClock(now=1000.0)
 
 
-@pytest.fixture
-def fake() -> FakeCoordinator:
-    return FakeCoordinator({"t": 2})
+fake = coordinator_fixture({"t": 2})
 
 
 @pytest.fixture
@@ -152,7 +150,7 @@ def test_a_metadata_check_holds_the_thread_a_third_of_the_session(fake, clock):
 def test_a_follower_checks_no_partition_counts(fake, clock):
     from groupmgr.consumer_protocol import encode_assignment, encode_subscription
     from groupmgr.assignors import Subscription
-    from tests.unit.fake_coordinator import Phantom
+    from tests.support.fake_coordinator import Phantom
     fake.phantoms.append(Phantom("a-leader", {"range": encode_subscription(Subscription(("t",)))}))
     fake.leader_is_phantom = True
     fake.follower_assignment = encode_assignment([TP("t", 1)])

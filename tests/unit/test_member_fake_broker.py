@@ -17,29 +17,18 @@ from groupmgr.group_errors import (ClientError, CoordinatorUnreachable, FencedIn
 from groupmgr.generation import MemberState
 from groupmgr.member import GroupMember
 from groupmgr.member_loop import MAX_CLIENT_ERRORS
-from tests.unit.fake_coordinator import WAIT, FakeCoordinator, Phantom, Recorder, config
+from tests.support.fake_coordinator import WAIT, Phantom, Recorder, config, coordinator_fixture, members_on
 
 ALL = (TP("t", 0), TP("t", 1), TP("t", 2), TP("u", 0))
 
 
-@pytest.fixture
-def fake() -> FakeCoordinator:
-    return FakeCoordinator({"t": 3, "u": 1})
+fake = coordinator_fixture({"t": 3, "u": 1})
 
 
 @pytest.fixture
 def started(fake):
-    members: list[GroupMember] = []
-
-    def start(recorder: Recorder | None = None, **overrides) -> tuple[GroupMember, Recorder]:
-        recorder = recorder or Recorder()
-        member = GroupMember(config(**overrides), recorder, transport=fake).start()
-        members.append(member)
-        return member, recorder
-
-    yield start
-    for member in members:
-        member.close(timeout_s=5)
+    with members_on(fake) as start:
+        yield start
 
 
 def gen_at_least(n: int):

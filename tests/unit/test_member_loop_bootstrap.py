@@ -8,7 +8,7 @@ import pytest
 from groupmgr.generation import MemberState
 from groupmgr.group_errors import MemberClosedError
 from groupmgr.member import GroupMember
-from tests.unit.fake_coordinator import WAIT, FakeCoordinator, Recorder, config
+from tests.support.fake_coordinator import WAIT, FakeCoordinator, Recorder, config
 
 
 class StartRecording(FakeCoordinator):

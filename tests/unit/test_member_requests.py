@@ -12,28 +12,16 @@ from groupmgr.coordinator_client import CoordinatorClient
 from groupmgr.group_errors import GroupAuthorizationFailed, UnknownMemberId
 from groupmgr.member import GroupMember
 from groupmgr.rebalance import _subscription_version, send_leave_group
-from tests.unit.fake_coordinator import WAIT, FakeCoordinator, Recorder, config
+from tests.support.fake_coordinator import WAIT, FakeCoordinator, Recorder, config, coordinator_fixture, members_on
 
 
-@pytest.fixture
-def fake() -> FakeCoordinator:
-    return FakeCoordinator({"t": 2})
+fake = coordinator_fixture({"t": 2})
 
 
 @pytest.fixture
 def started(fake):
-    members: list[GroupMember] = []
-
-    def start(**overrides) -> tuple[GroupMember, Recorder]:
-        recorder = Recorder()
-        member = GroupMember(config(**{"topics": ("t",), **overrides}), recorder, transport=fake).start()
-        members.append(member)
-        assert member.wait_until_stable(WAIT)
-        return member, recorder
-
-    yield start
-    for member in members:
-        member.close(timeout_s=5)
+    with members_on(fake, stable=True, topics=("t",)) as start:
+        yield start
 
 
 def allowed(fake, api: str) -> set[float]:
@@ -297,7 +285,7 @@ def test_a_failing_partition_count_check_keeps_the_leaders_generation(fake, star
 def test_leader_keeps_instance_ids_and_answers_each_member_in_its_protocol_version(fake, started):
     from groupmgr.assignors import Subscription
     from groupmgr.consumer_protocol import LATEST_VERSION, encode_subscription
-    from tests.unit.fake_coordinator import Phantom
+    from tests.support.fake_coordinator import Phantom
     fake.phantoms.append(Phantom("p-old", {"range": encode_subscription(Subscription(("t",)), 0)}, "inst-old"))
     member, _ = started()
     assert member.is_leader

@@ -18,7 +18,7 @@ from groupmgr.group_errors import GroupError, IllegalGeneration, PollTimeoutExpi
 from groupmgr.heartbeat import HeartbeatTimer
 from groupmgr.member import GroupMember, MemberConfig
 from tests.support.fake_clock import FakeClock
-from tests.unit.fake_coordinator import WAIT, FakeCoordinator, Recorder, config
+from tests.support.fake_coordinator import WAIT, FakeCoordinator, Recorder, config, coordinator_fixture, members_on
 
 ALL = (TP("t", 0), TP("t", 1), TP("t", 2), TP("u", 0))
 POLL_MS = 200  # threaded members: heartbeat 20 ms, session 600 ms (config())
@@ -273,25 +273,13 @@ def test_a_member_that_keeps_polling_never_leaves(stepped, clock):
 
 
 # -- members on their own thread (real clock, small intervals) --------------------------------------
-@pytest.fixture
-def fake() -> FakeCoordinator:
-    return FakeCoordinator({"t": 3, "u": 1})
+fake = coordinator_fixture({"t": 3, "u": 1})
 
 
 @pytest.fixture
 def started(fake):
-    members: list[GroupMember] = []
-
-    def start(recorder: Recorder | None = None, **overrides) -> tuple[GroupMember, Recorder]:
-        recorder = recorder or Recorder()
-        member = GroupMember(config(**{"max_poll_interval_ms": POLL_MS, **overrides}), recorder,
-                             transport=fake).start()
-        members.append(member)
-        return member, recorder
-
-    yield start
-    for member in members:
-        member.close(timeout_s=5)
+    with members_on(fake, max_poll_interval_ms=POLL_MS) as start:
+        yield start
 
 
 def lost(events) -> bool:

@@ -10,22 +10,28 @@ Scripting: ``inject(api, code, ...)`` makes the next calls of ``api`` answer wit
 ``raise_next(api, exc)`` makes the next call raise ``exc`` (a lost connection);
 ``move_coordinator(node)`` makes the old node answer NOT_COORDINATOR. Thread-safe (one lock).
 
-Also here: ``Recorder`` (a listener that records calls and waits on them with a bound) and
-``config()`` (fast member settings for these tests).
+Also here: ``Recorder`` (a listener that records calls and waits on them with a bound),
+``config()`` (fast member settings for these tests), and what the member tests share:
+``coordinator_fixture`` (their ``fake`` fixture) and ``members_on`` (starts members on it and
+closes them after the test).
 """
 from __future__ import annotations
 
 import itertools
 import threading
 from collections import defaultdict, deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+
+import pytest
 
 from kafka.protocol.consumer import (HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
                                      OffsetCommitResponse, OffsetFetchResponse, SyncGroupResponse)
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 
 from groupmgr.group_errors import CoordinatorUnreachable
-from groupmgr.member import MemberConfig
+from groupmgr.member import GroupMember, MemberConfig
 
 INTERNAL = "__consumer_offsets"
 GROUP_APIS = {"JoinGroupRequest", "SyncGroupRequest", "HeartbeatRequest", "LeaveGroupRequest",
@@ -371,3 +377,39 @@ class FakeGroup(FakeCoordinator):
                 self.rebalance_pending = bool(self.members)
         self.cond.notify_all()
         return LeaveGroupResponse(version=v, error_code=0, members=[])
+
+
+def coordinator_fixture(partitions: dict[str, int], kind: type[FakeCoordinator] = FakeCoordinator, **settings):
+    """The member tests' ``fake`` fixture: a new ``kind`` (``FakeCoordinator`` or ``FakeGroup``) over
+    ``partitions`` (topic -> partition count) for each test; ``settings``: e.g. ``join_wait_s``.
+    Use: ``fake = coordinator_fixture({"t": 2})`` at module level."""
+    @pytest.fixture(name="fake")
+    def fake() -> FakeCoordinator:
+        return kind(partitions, **settings)
+    return fake
+
+
+@contextmanager
+def members_on(transport, prepare: Callable[[GroupMember, Recorder], None] | None = None,
+               stable: bool = False, **defaults) -> Iterator[Callable[..., tuple[GroupMember, Recorder]]]:
+    """Yields ``start(recorder=None, **settings) -> (member, recorder)``: a ``GroupMember`` on
+    ``transport`` with ``config(**defaults, **settings)``, started (and, with ``stable``, asserted
+    STABLE within ``WAIT``); ``prepare(member, recorder)`` runs before it starts (e.g. to add
+    recorder hooks). Every member started is closed at the end."""
+    members: list[GroupMember] = []
+
+    def start(recorder: Recorder | None = None, **settings) -> tuple[GroupMember, Recorder]:
+        recorder = recorder or Recorder()
+        member = GroupMember(config(**{**defaults, **settings}), recorder, transport=transport)
+        if prepare:
+            prepare(member, recorder)
+        members.append(member.start())
+        if stable:
+            assert member.wait_until_stable(WAIT)
+        return member, recorder
+
+    try:
+        yield start
+    finally:
+        for member in members:
+            member.close(timeout_s=5)
