@@ -302,6 +302,19 @@ class FakeGroup(FakeCoordinator):
         self.syncs: dict[int, dict[str, bytes]] = {}  # generation -> assignments sent by its leader
         self.history: list[dict[str, list]] = []  # decoded assignments per completed generation
 
+    def add_silent(self, member_id: str) -> None:
+        """A member that never rejoins: the next join round waits for it (until ``drop`` or ``join_wait_s``)."""
+        with self.lock:
+            self.members[member_id] = None
+            self.rebalance_pending = True
+            self.cond.notify_all()
+
+    def drop(self, member_id: str) -> None:
+        """Remove a member, as the coordinator does when one misses a round: a round waiting for it completes."""
+        with self.lock:
+            self.members.pop(member_id, None)
+            self.cond.notify_all()
+
     def _JoinGroupRequest(self, r, v):
         import time as _time
         if not r.member_id and r.group_instance_id is None:
