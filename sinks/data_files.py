@@ -42,10 +42,10 @@ DECIMAL_STATS_MAX_PRECISION = 15  # beyond this a JSON float would not round-tri
 METADATA_SCHEMA = pa.schema([
     ("path", pa.string()), ("size", pa.int64()), ("partition_values", pa.string()),
     ("num_records", pa.int64()), ("stats", pa.string()), ("rows_skipped", pa.int64()),
-    ("table", pa.string()),
+    ("table", pa.string()), ("counts", pa.string()),
 ])
 METADATA_DDL = ("path STRING, size BIGINT, partition_values STRING, num_records BIGINT, "
-                "stats STRING, rows_skipped BIGINT, table STRING")
+                "stats STRING, rows_skipped BIGINT, table STRING, counts STRING")
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class DataFile:
     partition_values: tuple[tuple[str, str | None], ...]
     num_records: int
     stats: str
+    counts: tuple[tuple[str, int], ...] = ()  # rows per value of the writer's ``count_by`` column
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,15 @@ class WrittenFiles:
     def rows_written(self) -> int:
         return sum(f.num_records for f in self.files)
 
+    @property
+    def counts(self) -> dict[str, int]:
+        """Rows written per value of the writer's ``count_by`` column, over every file."""
+        total: dict[str, int] = {}
+        for f in self.files:
+            for value, n in f.counts:
+                total[value] = total.get(value, 0) + n
+        return total
+
     @classmethod
     def from_metadata(cls, rows: Iterable[Mapping], table: str | None = None) -> "WrittenFiles":
         """Collect the metadata rows of every task (rows without a path only carry a skip count);
@@ -82,8 +92,9 @@ class WrittenFiles:
             skipped += int(row["rows_skipped"] or 0)
             if row["path"] is not None:
                 values = tuple(sorted(json.loads(row["partition_values"]).items()))
+                counts = tuple(sorted(json.loads(row.get("counts") or "{}").items()))
                 files.append(DataFile(row["path"], int(row["size"]), values, int(row["num_records"]),
-                                      row["stats"]))
+                                      row["stats"], counts))
         return cls(tuple(sorted(files, key=lambda f: f.path)), skipped)
 
 
@@ -98,6 +109,7 @@ class DataFileWriter:
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
     file_prefix: str = "part"
     row_group_bytes: int = ROW_GROUP_BYTES
+    count_by: str | None = None                # a column whose values each file counts (DataFile.counts)
 
     @property
     def file_schema(self) -> pa.Schema:
@@ -182,7 +194,7 @@ class OpenFileSet:
         for values, part in writer.split_by_partition(table):
             if values not in self.open_files:
                 self.open_files[values] = _OpenFile(self.fs, writer.new_file_path(values), writer.file_schema,
-                                                    writer.row_group_bytes)
+                                                    writer.row_group_bytes, writer.count_by)
             self.open_files[values].add(part.select(writer.file_schema.names))
 
     def finish(self) -> WrittenFiles:
@@ -200,18 +212,20 @@ def metadata_batch(written: WrittenFiles, table: str | None = None) -> pa.Record
     """The metadata rows a Spark task returns for ``written``: one per file plus one path-less row
     carrying the skip count; ``table`` names the table when a task writes several."""
     rows = [{"path": f.path, "size": f.size, "partition_values": json.dumps(dict(f.partition_values)),
-             "num_records": f.num_records, "stats": f.stats, "rows_skipped": 0, "table": table}
+             "num_records": f.num_records, "stats": f.stats, "rows_skipped": 0, "table": table,
+             "counts": json.dumps(dict(f.counts)) if f.counts else None}
             for f in written.files]
     rows.append({"path": None, "size": None, "partition_values": None, "num_records": None,
-                 "stats": None, "rows_skipped": written.rows_skipped, "table": table})
+                 "stats": None, "rows_skipped": written.rows_skipped, "table": table, "counts": None})
     return pa.RecordBatch.from_pylist(rows, schema=METADATA_SCHEMA)
 
 
 class _OpenFile:
     """One Parquet file being written: buffers up to one row group, keeps running statistics."""
 
-    def __init__(self, fs, path: str, schema: pa.Schema, row_group_bytes: int):
-        self.fs, self.path, self.row_group_bytes = fs, path, row_group_bytes
+    def __init__(self, fs, path: str, schema: pa.Schema, row_group_bytes: int, count_by: str | None = None):
+        self.fs, self.path, self.row_group_bytes, self.count_by = fs, path, row_group_bytes, count_by
+        self.counts: dict[str, int] = {}
         self.stream = fs.open_output_stream(path)
         self.writer = pq.ParquetWriter(self.stream, schema, compression="snappy")
         self.buffer: list[pa.Table] = []
@@ -220,6 +234,10 @@ class _OpenFile:
 
     def add(self, table: pa.Table) -> None:
         self.stats.add(table)
+        if self.count_by is not None:
+            for entry in pc.value_counts(table[self.count_by]).to_pylist():  # a few distinct values
+                key = "" if entry["values"] is None else str(entry["values"])
+                self.counts[key] = self.counts.get(key, 0) + entry["counts"]
         self.buffer.append(table)
         self.buffered += table.nbytes
         if self.buffered >= self.row_group_bytes:
@@ -237,7 +255,8 @@ class _OpenFile:
         self.writer.close()
         size = self.stream.tell()
         self.stream.close()
-        return DataFile(self.path, int(size), values, self.stats.num_records, self.stats.to_json())
+        return DataFile(self.path, int(size), values, self.stats.num_records, self.stats.to_json(),
+                        tuple(sorted(self.counts.items())))
 
     def abandon(self) -> None:
         try:

@@ -114,6 +114,7 @@ class CommitResult:
     rows_skipped: int             # rows already in the table (replay)
     replayed: tuple[TopicPartition, ...]
     commit_s: float = 0.0         # time spent in the Delta commit itself (files excluded)
+    counts: Mapping[str, int] = field(default_factory=dict)  # rows written per ``count_by`` value
 
 
 @dataclass(frozen=True)
@@ -143,8 +144,11 @@ class TxnDeltaTable:
     """
 
     def __init__(self, path: str, app_id: str, schema: pa.Schema,
-                 partition_by: Sequence[str] = (), storage_options: Mapping[str, str] | None = None):
-        self.path, self.app_id, self.schema = str(path), app_id, schema
+                 partition_by: Sequence[str] = (), storage_options: Mapping[str, str] | None = None,
+                 count_by: str | None = None):
+        """``count_by``: a column whose values a commit counts in the rows it wrote
+        (:attr:`CommitResult.counts`; the dead-letter table's ``reason``)."""
+        self.path, self.app_id, self.schema, self.count_by = str(path), app_id, schema, count_by
         self.partition_by = list(partition_by)
         self.storage_options = dict(storage_options or {})
 
@@ -252,7 +256,7 @@ class TxnDeltaTable:
     def file_writer(self, file_prefix: str = "part") -> DataFileWriter:
         """A writer of this table's data files (picklable: Spark ships it to the executors)."""
         return DataFileWriter(self.path, self.schema, tuple(self.partition_by), self.storage_options,
-                              file_prefix)
+                              file_prefix, count_by=self.count_by)
 
     def commit(self, rows: pa.Table, ranges: Sequence[OffsetRange],
                epochs: Mapping[TopicPartition, int]) -> CommitResult:
@@ -296,7 +300,7 @@ class TxnDeltaTable:
             if self._try_commit(table, written.files, txns, marker):
                 return CommitResult(self._committed_version(table, marker), written.rows_written,
                                     written.rows_skipped, decided.replayed,
-                                    time.monotonic() - commit_started)
+                                    time.monotonic() - commit_started, written.counts)
             time.sleep(0.05 * (attempt + 1))
         raise SinkError(f"{self.path}: commit kept conflicting after {COMMIT_ATTEMPTS} attempts")
 

@@ -33,7 +33,7 @@ def run_pipeline(config: PipelineConfig, stop: threading.Event | None = None,
                  **runner_options) -> None:
     """Check the pipeline's Kafka access (a wrong password, certificate or ACL fails here, named,
     before Spark starts), then run ``config``'s member in this process's Spark session (created or
-    reused) until ``stop`` is set or a signal arrives; ``runner_options`` go to :class:`PipelineRunner` (e.g. test hooks).
+    reused) until ``stop`` is set or a signal arrives; ``runner_options`` go to :meth:`PipelineRunner.open` (e.g. test hooks).
     After a SIGINT/SIGTERM the process exits within ``shutdown_grace_s`` seconds, cleanly or
     through :class:`_StopOnSignals`' watchdog (module docstring)."""
     from pipelines.runtime.kafka_access import CHECK_TIMEOUT_S, check_kafka_access

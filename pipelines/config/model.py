@@ -417,6 +417,21 @@ class TriggerConfig:
         return {"processingTime": f"{self.processing_time_ms} milliseconds"}
 
 
+@dataclass(frozen=True)
+class MetricsConfig:
+    """Where the member serves its Prometheus metrics and health probes."""
+
+    enabled: bool = field(default=True, metadata=key_doc(
+        "enabled", BOOL, "false", "an HTTP server in the member (`/metrics`, `/healthz`, `/readyz`)",
+        "Serve the metrics and probes."))
+    port: int = field(default=0, metadata=key_doc(
+        "port", "port number (0-65535)", "9464", "the server's TCP port",
+        "0 takes a free port and prints it at start, so members on one host never collide. Give a "
+        "fixed port where Prometheus or Kubernetes probes scrape the member, one per pod."))
+    host: str = field(default="0.0.0.0", metadata=key_doc(
+        "host", STRING, "127.0.0.1", "the server's listen address", "Where the server listens."))
+
+
 # Storage options that would let two writers overwrite each other's Delta commit on S3. deltalake
 # 1.6 commits with put-if-absent (If-None-Match); these switch it off or ask for what it no longer has.
 UNSAFE_STORAGE_OPTIONS = {
@@ -555,6 +570,10 @@ class PipelineConfig(_PicklableMappings):
         "Applied when the member builds its session. Under spark-submit the master, jars and JVM "
         "options are spark-submit's. Settings the `storage` section makes are refused here.",
         default="none"))
+    metrics: MetricsConfig = field(default=MetricsConfig(), metadata=key_doc(
+        "metrics", SECTION, "{port: 9464}", "Prometheus metrics and health probes",
+        "What the member serves for monitoring (docs/operations.md).",
+        default="on, a free port"))
     storage: StorageConfig = field(default=StorageConfig(), metadata=key_doc(
         "storage", SECTION, "{region: eu-west-1}", "deltalake storage options and Hadoop `fs.s3a.*`",
         "Object-store access, written once for the tables and the checkpoints.",

@@ -26,14 +26,14 @@ from typing import Any, Mapping
 from groupmgr.assignors.assignor_errors import AssignorError, UnknownAssignorError
 from pipelines.config.model import (DEFAULT_MAX_OFFSETS_PER_TRIGGER, DEFAULT_WARM_UP_LIMIT_MS,
                                     JAVA_ONLY_CLIENT_PREFIXES, KAFKA_COORDINATE_COLUMNS, FormatConfig,
-                                    GroupConfig, KafkaConfig, PipelineConfig, SecurityConfig, SinkConfig,
+                                    GroupConfig, KafkaConfig, MetricsConfig, PipelineConfig, SecurityConfig, SinkConfig,
                                     SourceConfig, StorageConfig, TriggerConfig, UNSAFE_STORAGE_OPTIONS,
                                     is_java_only_client_setting)
 from pipelines.config.secrets import reveal
 from pipelines.config.fields import (AssignorLookup, Ctx, Section, as_bool, as_duration_ms, as_enum,
                                      as_env_str, as_list, as_location, as_positive_int, as_str,
                                      default_assignor_lookup, read_secret, resolve_location, settings_map,
-                                     suggest, unique)
+                                     suggest, unique, wrong_type)
 from pipelines.config.yaml_nodes import Condition as C
 from pipelines.config.yaml_nodes import Node, child_path
 from pipelines.config.schema import parse_schema
@@ -47,7 +47,7 @@ _INPUT_VIEW = re.compile(r"\binput\b", re.IGNORECASE)
 _NOT_FOR_DELTA_RS = re.compile(r"[\[\]^|\\]|%[0-9A-Fa-f]{2}")
 
 TOP_KEYS = ("name", "kafka", "topics", "topic_pattern", "group", "source", "format", "transform",
-            "sink", "trigger", "checkpoint_root", "spark", "storage")
+            "sink", "trigger", "checkpoint_root", "spark", "storage", "metrics")
 KAFKA_KEYS = ("bootstrap_servers", "security", "client_config")
 SECURITY_KEYS = ("protocol", "sasl_mechanism", "sasl_username", "sasl_password", "sasl_password_file",
                  "ssl_ca_location", "ssl_certificate_location", "ssl_key_location",
@@ -64,6 +64,7 @@ ON_DATA_LOSS = ("fail", "skip")
 FORMAT_KEYS = ("type", "schema", "max_value_bytes")
 SINK_KEYS = ("path", "partition_by", "dead_letter_path")
 TRIGGER_KEYS = ("processing_time", "available_now")
+METRICS_KEYS = ("enabled", "port", "host")
 STORAGE_KEYS = ("endpoint", "region", "access_key_id", "secret_access_key", "secret_access_key_file",
                 "session_token", "session_token_file", "path_style", "options")
 _ENDPOINT = re.compile(r"https?://[^/\s:]+(:\d{1,5})?/?")
@@ -115,9 +116,10 @@ def validate_pipeline(root: Node | None, file: str, source_file: Path, env: Mapp
     spark = settings_map(ctx, top.get("spark"), "spark")
     storage = _storage(ctx, top.section("storage", STORAGE_KEYS))
     _check_storage_not_in_spark(ctx, top, spark, storage)
+    metrics = _metrics(ctx, top.section("metrics", METRICS_KEYS))
     return PipelineConfig(name=name, kafka=kafka, topics=topics, topic_pattern=pattern, group=group,
                           source=source, format=fmt, transform=transform, sink=sink, trigger=trigger,
-                          checkpoint_root=checkpoint_root, spark=spark, storage=storage,
+                          checkpoint_root=checkpoint_root, spark=spark, storage=storage, metrics=metrics,
                           source_file=source_file)
 
 
@@ -542,6 +544,22 @@ def _partition_by(ctx: Ctx, sec: Section, fmt: FormatConfig, transform: str | No
 
 def _same_or_inside(inner: str, outer: str) -> bool:
     return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
+def _metrics(ctx: Ctx, sec: Section) -> MetricsConfig:
+    get = sec.get
+    enabled = as_bool(ctx, get("enabled"), sec.sub("enabled")) if get("enabled") is not None else True
+    port = MetricsConfig.port
+    if get("port") is not None:
+        node = get("port")
+        if node.kind != "scalar" or isinstance(node.value, bool) or not isinstance(node.value, int):
+            wrong_type(ctx, node, sec.sub("port"), "a port number (0-65535)")
+        if not 0 <= node.value <= 65535:
+            ctx.fail(node.line, sec.sub("port"), C.BAD_VALUE, f"must be a port number 0-65535, got {node.value}",
+                     value=node.value)
+        port = node.value
+    host = as_str(ctx, get("host"), sec.sub("host")).strip() if get("host") is not None else MetricsConfig.host
+    return MetricsConfig(enabled=enabled, port=port, host=host)
 
 
 def _trigger(ctx: Ctx, sec: Section) -> TriggerConfig:

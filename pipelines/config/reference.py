@@ -26,6 +26,7 @@ SECTION_KEYS: Mapping[str, tuple[str, ...]] = {
     "": validator.TOP_KEYS, "kafka": validator.KAFKA_KEYS, "kafka.security": validator.SECURITY_KEYS,
     "group": validator.GROUP_KEYS, "source": validator.SOURCE_KEYS, "format": validator.FORMAT_KEYS,
     "sink": validator.SINK_KEYS, "trigger": validator.TRIGGER_KEYS, "storage": validator.STORAGE_KEYS,
+    "metrics": validator.METRICS_KEYS,
 }
 # The values the validator accepts for each enumerated key.
 CHOICES: Mapping[str, tuple[str, ...]] = {

@@ -39,7 +39,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import pyarrow as pa
@@ -190,6 +190,7 @@ class BatchReport:
     duration_s: float
     commit_s: float
     kafka_committed: bool
+    dead_letter_reasons: Mapping[str, int] = field(default_factory=dict)  # dead letters per reason
 
 
 class PlannedRanges(Protocol):
@@ -506,7 +507,7 @@ class BatchWriter:
         self.report(BatchReport(batch_id, ranges, result.rows_written, result.rows_skipped,
                                 dead_result.rows_written, result.table_version,
                                 time.monotonic() - started, result.commit_s + dead_result.commit_s,
-                                committed))
+                                committed, dict(dead_result.counts)))
 
     def _prepare(self, batch_df, left_out: frozenset[TopicPartition]) -> PreparedBatch:
         """The batch as Spark plans it (nothing is computed yet), without the records of the

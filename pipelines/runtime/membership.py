@@ -58,8 +58,9 @@ class OffsetCommitter:
     refused commit is reported, never raised: the Delta table holds the truth, and the next
     owner resumes from it."""
 
-    def __init__(self, member, note: Callable[[str], None]):
-        self._member, self._note = member, note
+    def __init__(self, member, note: Callable[[str], None], refused: Callable[[], None] = lambda: None):
+        """``note`` says why a commit was refused; ``refused`` counts it."""
+        self._member, self._note, self._refused = member, note, refused
 
     def __call__(self, offsets: Mapping[TopicPartition, int], metadata: str) -> bool:
         """Commit ``offsets`` (next offsets to read) with ``metadata``; True when the group took them."""
@@ -67,6 +68,7 @@ class OffsetCommitter:
             self._member.commit_offsets(offsets, metadata)
             return True
         except Exception as exc:  # noqa: BLE001 - Delta already holds the truth; report and go on
+            self._refused()
             self._note(f"Kafka offset commit refused ({type(exc).__name__}: {exc}); "
                        "the Delta table is authoritative, the next owner resumes from it")
             return False

@@ -137,7 +137,7 @@ def open_tables(config: PipelineSpec, spark) -> PipelineTables:
     table = TxnDeltaTable(config.sink.path, config.name, shape.output_schema,
                           config.sink.partition_by, storage_options=storage)
     dead = TxnDeltaTable(config.sink.dead_letter_path, config.name, shape.dead_letter_schema,
-                         storage_options=storage)
+                         storage_options=storage, count_by="reason")
     for each in (table, dead):
         add_new_columns(each)
     options = {**config.kafka.spark_kafka_options(), **config.source.spark_options()}

@@ -20,7 +20,6 @@ import shutil
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -61,6 +60,7 @@ class QueryContext:
     lock: threading.RLock
     hooks: BatchHooks = NO_HOOKS
     clock: Callable[[], float] = time.monotonic
+    query_name: str = "scg"  # Spark's name of the member's query, the same for the member's life
 
 
 class ReaderMode(abc.ABC):
@@ -238,7 +238,7 @@ class RestartingQuery(ReaderMode):
         checkpoint = self._new_checkpoint(generation)
         writer = self._new_writer(targets, CheckpointOffsetLog(checkpoint, offsets, ctx.fs.read_text))
         self.query = queries.start_query(ctx.spark, ctx.tables.source_options, offsets, writer, checkpoint,
-                                         ctx.tables.trigger, f"{ctx.config.name}-{_label(generation)}")
+                                         ctx.tables.trigger, ctx.query_name)
         self.partitions = tuple(sorted(offsets))
 
 
@@ -411,7 +411,7 @@ class FollowingQuery(ReaderMode):
                                           ctx.config.source, self.task_slots,
                                           None if trigger.available_now else trigger.processing_time_ms)
         self.query = queries.start_assigned_query(ctx.spark, options, writer, checkpoint, ctx.tables.trigger,
-                                                  f"{ctx.config.name}-follow-{uuid.uuid4().hex[:8]}")
+                                                  ctx.query_name)
         ctx.progress.note("query started over reader scg-kafka: it reads the group's assignment at every "
                           "micro-batch, so rebalances do not restart it")
 

@@ -28,6 +28,7 @@ import functools
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 from groupmgr.generation import Generation
@@ -39,6 +40,8 @@ from pipelines.runtime.broker_probe import BrokerProbe
 from pipelines.runtime.failure_rules import RestartPolicy, classify_failure
 from pipelines.runtime.hadoop_fs import HadoopFileSystem
 from pipelines.runtime.membership import OffsetCommitter, ServerAssignmentWatch, group_member_factory
+from pipelines.runtime.member_probes import MemberProbes
+from pipelines.runtime.metrics import MemberMetrics, MetricsServer, Probe, member_label
 from pipelines.runtime.owned_partitions import OwnedPartitions
 from pipelines.runtime.pipeline_spec import PipelineSpec
 from pipelines.runtime.pipeline_tables import open_tables
@@ -58,6 +61,8 @@ MAX_UNKNOWN_RESTARTS = 5    # consecutive restarts after failures no rule recogn
 MemberFactory = Callable[[PipelineSpec, "PipelineRunner"], GroupMember]
 # (member, report each committed batch, the runner's lock) -> the member's query
 ReaderFactory = Callable[[GroupMember, Callable[[BatchReport], None], threading.RLock], ReaderMode]
+# (is the member alive, is it ready) -> the server of its metrics and probes, not started yet
+ServerFactory = Callable[[Callable[[], Probe], Callable[[], Probe]], MetricsServer]
 
 
 def classify(exc: BaseException):
@@ -74,14 +79,18 @@ class PipelineRunner:
 
     def __init__(self, config: PipelineSpec, member_factory: MemberFactory, reader_factory: ReaderFactory,
                  probe, progress: ProgressPrinter, watch: ServerAssignmentWatch | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, metrics: MemberMetrics | None = None,
+                 serve: ServerFactory | None = None):
+        """``metrics``: the member's Prometheus metrics (None: none kept); ``serve``: the server
+        of the metrics and probes, started by :meth:`run` (None: none)."""
         self.config, self.probe, self.progress, self.watch = config, probe, progress, watch
+        self.metrics, self._serve, self.server = metrics, serve, None
         self._lock = threading.RLock()
         self._wake = threading.Event()      # the main thread has a start to make now
         self._generation: Generation | None = None
         self._polled_batches = 0            # committed batches as seen at the last poll
         self.supervisor = QuerySupervisor(RestartPolicy(RESTART_BACKOFF, MAX_UNKNOWN_RESTARTS, clock, classify),
-                                          clock, progress.retrying)
+                                          clock, self._retrying)
         self.member = member_factory(config, self)
         self.reader = reader_factory(self.member, self._on_batch, self._lock)
         self.owned: OwnedPartitions = self.reader.ctx.owned
@@ -100,18 +109,25 @@ class PipelineRunner:
         for table in (tables.table, tables.dead_table):
             table.check_storage()
         probe = BrokerProbe(config.kafka.confluent_config())
+        label = member_label(config.group.instance_id)
+        metrics = MemberMetrics(config.name, config.group.id, label) if config.metrics.enabled else None
+        query_name = f"{config.name}-{config.group.instance_id or uuid.uuid4().hex[:8]}"
 
         def reader_factory(member, report, lock) -> ReaderMode:
-            commit = OffsetCommitter(member, progress.note)
+            commit = OffsetCommitter(member, progress.note, metrics.commit_refused if metrics else lambda: None)
             owned = OwnedPartitions(tables, config.source, member.committed, probe.describe, commit,
                                     progress.note, clock)
             warm = WarmUpContext(spark, config, tables, probe, member.group_offsets, progress.note, fs, clock)
             return reader_mode(QueryContext(spark, config, tables, fs, probe, owned, commit, report, progress,
-                                            warm, lock, hooks, clock))
+                                            warm, lock, hooks, clock, query_name))
+
+        def serve(healthy, ready) -> MetricsServer:
+            return MetricsServer(metrics.registry, healthy, ready, config.metrics.host, config.metrics.port)
 
         watch = ServerAssignmentWatch(config.group, functools.partial(
             group_type_of, config.kafka.confluent_config(), config.group.id), progress.note)
-        return cls(config, member_factory or group_member_factory, reader_factory, probe, progress, watch, clock)
+        return cls(config, member_factory or group_member_factory, reader_factory, probe, progress, watch, clock,
+                   metrics, serve if metrics is not None else None)
 
     # -- RebalanceListener (the member's thread) ------------------------------------------------
     def on_assigned(self, generation: Generation, partitions) -> None:
@@ -135,6 +151,8 @@ class PipelineRunner:
             self.progress.assigned(generation, self.owned.partitions)
             self.supervisor.assigned(bool(partitions))
             self._wake.set()
+        if self.metrics is not None:
+            self.metrics.assigned(getattr(generation, "generation_id", generation))
 
     def on_revoked(self, partitions) -> None:
         """Stop writing ``partitions`` (all owned ones in an eager rebalance, only those that leave
@@ -167,6 +185,7 @@ class PipelineRunner:
         """Join the group and process until ``stop`` is set, ``until()`` is true, or (with an
         available-now trigger) the query read everything. Leaves the group on return."""
         stop = stop or threading.Event()
+        self._start_server()
         try:  # the warm-up too: it may have opened the member's offsets connection, closed by the leave
             with self._lock:
                 self.reader.begin()  # scg-kafka: its query starts now, over no partition yet
@@ -186,6 +205,7 @@ class PipelineRunner:
                 self.reader.tick()
                 state = self.check()  # before the describe below: a start waits for nothing
                 self._watch_server_assignment()
+                self._observe()
                 if state is QueryState.FINISHED and self.config.trigger.available_now:
                     break
                 if until is not None and until():
@@ -194,6 +214,9 @@ class PipelineRunner:
             self._leave()
             self.probe.close()
             self.reader.close()
+            if self.server is not None:
+                self.server.stop()
+                self.server = None
 
     def check(self) -> QueryState:
         """One look at the query: make a start that is due, restart a failed query after its
@@ -232,6 +255,28 @@ class PipelineRunner:
         if not self.reader.writing or committed != self._polled_batches:
             self._polled_batches = committed
             self.member.poll()
+
+    def _start_server(self) -> None:
+        """Serve the metrics and probes (before the warm-up: a probe says why it is not ready)."""
+        if self._serve is None:
+            return
+        probes = MemberProbes(self.supervisor, self.member, self.owned, lambda: self._generation is not None,
+                              lambda: self.reader.query is not None)
+        self.server = self._serve(probes.healthy, probes.ready).start()
+        self.progress.note(f"metrics and probes on port {self.server.port} (/metrics, /healthz, /readyz)")
+        self.metrics.describe(version=_version(), assignors=",".join(self.config.group.assignors),
+                              reader=self.config.source.reader, protocol=getattr(self.member, "protocol", ""))
+
+    def _observe(self) -> None:
+        """Main thread: the gauges of the member's state."""
+        if self.metrics is not None:
+            self.metrics.partitions(self.owned.partitions,
+                                    {tp: s.verdict.condition for tp, s in self.owned.stopped.items()})
+
+    def _retrying(self, what: str, verdict) -> None:
+        self.progress.retrying(what, verdict)
+        if self.metrics is not None:
+            self.metrics.restarting(verdict.fault.condition)
 
     def _start(self) -> None:
         """Start reading the owned partitions (lock held); a failure is the supervisor's to judge."""
@@ -283,7 +328,19 @@ class PipelineRunner:
             latest = self.probe.latest(r.tp for r in report.ranges)
         except Exception:  # noqa: BLE001 - lag is informative only; the batch is committed
             latest = {}
-        self.progress.batch(report, {r.tp: max(latest[r.tp] - r.end, 0) for r in report.ranges if r.tp in latest})
+        lag = {r.tp: max(latest[r.tp] - r.end, 0) for r in report.ranges if r.tp in latest}
+        self.progress.batch(report, lag)
+        if self.metrics is not None:
+            self.metrics.batch(report, lag)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("spark-consumer-groups")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _cause(failure: BaseException | None, error: BaseException) -> BaseException:

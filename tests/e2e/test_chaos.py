@@ -1,4 +1,4 @@
-"""A bounded chaos test (issue 10; docs/DESIGN.md invariants 5, 9, 10): three `scg run` members of
+"""A bounded chaos test (docs/DESIGN.md invariants 5, 9, 10): three `scg run` members of
 one group on a 3-broker cluster read two topics while records are produced, and meet, one after the
 other on a fixed schedule:
 

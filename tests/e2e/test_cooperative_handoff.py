@@ -1,4 +1,4 @@
-"""Cooperative hand-off (issue 12): with ``group.assignor: cooperative-sticky`` a rebalance pauses
+"""Cooperative hand-off: with ``group.assignor: cooperative-sticky`` a rebalance pauses
 only the partitions that move. Four `scg run` members share 16 partitions while records flow; a
 fifth joins, then one leaves cleanly, then one is SIGKILLed. After each event every member whose
 partitions did not change kept its query (no "revoked", no new "starting query" line, its batches

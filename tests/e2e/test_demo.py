@@ -43,7 +43,7 @@ def test_demo_lands_every_record_once(tmp_path):
     assert proc.returncode == 0, out[-4000:]
     assert "3000 rows (3000 distinct Kafka coordinates), 3000 produced" in out
     assert "stopping Kafka" in out and not broker_pids(tmp_path)
-    # Quiet to the end (issue 10, item 8): every Kafka client the demo made is closed before it
+    # Quiet to the end: every Kafka client the demo made is closed before it
     # stops its broker, so no rdkafka "Connection refused" line follows "stopping Kafka".
     lines = out.splitlines()
     stopping = next(i for i, line in enumerate(lines) if "stopping Kafka" in line)

@@ -1,7 +1,7 @@
-"""Kafka keys that are not UTF-8 (issue 10, item 7a): the output table keeps every key's exact
-bytes in ``key_bytes``; ``key`` is the UTF-8 text or null (pipelines/runtime/records.py). The
-table reads in delta-spark and in deltalake → pyarrow; an output table created with the schema
-before ``key_bytes`` existed gains the column and keeps being written."""
+"""Kafka keys that are not UTF-8: the output table keeps every key's exact bytes in ``key_bytes``;
+``key`` is the UTF-8 text or null (pipelines/runtime/records.py). The table reads in delta-spark
+and in deltalake → pyarrow; an output table created with the schema before ``key_bytes`` existed
+gains the column and keeps being written."""
 from __future__ import annotations
 
 import threading

@@ -1,4 +1,4 @@
-"""Liveness like Kafka's ``max.poll.interval.ms`` (issue 10, item 4): a member whose batch runs past
+"""Liveness like Kafka's ``max.poll.interval.ms``: a member whose batch runs past
 ``group.rebalance_timeout`` leaves the group, its partitions move to the other member within
 session + rebalance timeout, and it rejoins once its query has recovered; the table stays exact
 (read through delta-spark). Member A is a ``scg run`` process whose batch is held by a test hook;

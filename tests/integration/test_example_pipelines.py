@@ -1,4 +1,4 @@
-"""Every file in conf/pipelines/ is run, not only validated (issue 10, item 7c). demo.yaml is run
+"""Every file in conf/pipelines/ is run, not only validated. demo.yaml is run
 by the demo test; this module runs ``example-secure.yaml`` with ``bin/scg run`` against the
 secured broker (``secure_kafka``), through the environment variables the file reads. The file is
 used as shipped except its absolute ``/tmp/scg/orders/...`` table and checkpoint paths, which a

@@ -1,8 +1,8 @@
 """A partition an scg-kafka member gave up after a batch over it was planned (BatchGate.allow):
 that batch, beginning later, writes none of its records to either table, commits none of its
 offsets and counts none of its records (not even as replayed), and the partition's next owner
-writes each of them once (docs/DESIGN.md, issue 12
-item 2). Real Spark rows (records.classify, without_partitions), real Delta tables."""
+writes each of them once (docs/DESIGN.md, invariant 3). Real Spark rows (records.classify,
+without_partitions), real Delta tables."""
 from __future__ import annotations
 
 import json

@@ -2,7 +2,7 @@
 one ``storage:`` section feeding both deltalake and Spark's s3a: members as real processes and
 in-process runners against a real broker, checked through delta-spark (docs/DESIGN.md invariants
 3 and 5), and the named errors for a storage that is down, refuses credentials or is configured
-unsafely (issue 9: object storage, configured once; bad input and failure)."""
+unsafely."""
 from __future__ import annotations
 
 import os

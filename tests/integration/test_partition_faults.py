@@ -1,4 +1,4 @@
-"""A bad partition stays contained (issue 10, items 2 and 3), on a real broker, Spark and Delta.
+"""A bad partition stays contained, on a real broker, Spark and Delta.
 
 * Records deleted through the admin API (what retention does) before the query read them: Spark
   stops the query at the gap, the restart's partition checks find the partition; with

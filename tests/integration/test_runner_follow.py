@@ -1,4 +1,4 @@
-"""``source.reader: scg-kafka`` with real group members (issue 12): two runners in one Spark
+"""``source.reader: scg-kafka`` with real group members: two runners in one Spark
 session share a cooperative group. When the second joins, partitions move from the first to the
 second without either query restarting (same query id, batch ids go on), each partition is
 released only after its last batch in the old owner ended, and the table holds every record

@@ -1,4 +1,4 @@
-"""Pipelines against a secured broker (issue 11): SASL_SSL with SCRAM-SHA-512 and mutual TLS,
+"""Pipelines against a secured broker: SASL_SSL with SCRAM-SHA-512 and mutual TLS,
 KRaft's StandardAuthorizer with ACLs (the ``secure_kafka`` fixture).
 
 * two ``scg run`` members share a topic on each listener, exactly once (checked through

@@ -1,4 +1,4 @@
-"""A group taken over by the broker's consumer protocol (KIP-848) is named (issue 10, item 6):
+"""A group taken over by the broker's consumer protocol (KIP-848) is named:
 a confluent-kafka consumer with ``group.protocol=consumer`` joins a pipeline's group on a real
 Kafka 4 broker; the member says GROUP_RUN_BY_BROKER in its progress lines and ``scg describe``
 does too; exactly-once holds (delta-spark); with ``group.on_server_assignment: fail`` the member

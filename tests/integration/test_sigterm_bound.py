@@ -1,4 +1,4 @@
-"""SIGTERM ends a member within its grace period whatever its query does (issue 10, item 8).
+"""SIGTERM ends a member within its grace period whatever its query does.
 
 A real member process on a real broker, whose first batch hangs in Python before its Delta commit
 (tests/support/hung_batch_member.py): ``query.stop()`` waits for that batch, so only the watchdog

@@ -111,7 +111,7 @@ def test_table_reads_the_same_through_delta_spark(table, spark):  # invariant 5
     assert sorted((r.topic, r.partition, r.offset) for r in seen) == coordinates(table.path)
 
 
-# -- issue 13: the cases a mutation spot-check let through ----------------------------------------
+# -- invariant 3 at its edges: every partition of a batch checked, a one-record gap, a race lost --
 @pytest.mark.parametrize("moved_first", [False, True])
 def test_stale_writer_spanning_a_moved_and_an_unmoved_partition_is_refused_whole(table, moved_first):
     """invariant 3: every partition of the batch is checked, not just the first one."""

@@ -1,4 +1,4 @@
-"""``scg validate`` rejects what ``scg run`` would about a transform's output (issue 10, item 7b):
+"""``scg validate`` rejects what ``scg run`` would about a transform's output:
 it analyses the transform on a local Spark session, as ``open_tables`` does at run start, and
 names the condition with file, line (the ``transform:`` key, or the ``partition_by`` item) and
 field; exit 2. A file without a transform starts no Spark."""

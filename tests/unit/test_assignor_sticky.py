@@ -209,7 +209,8 @@ def test_assign_returns_each_members_partitions_sorted_even_from_unsorted_claims
     assert sorted(result["a"] + result["b"]) == tps("t", 0, 1, 2, 3)
 
 
-# --- pieces the mutation run showed untested (issue 13) ---
+# --- the smaller rules, each on its own: dropped claims, dealing order, empty topics, more members
+# than partitions, moves from the fullest holder ---
 
 def test_a_claim_on_a_topic_the_claimer_dropped_is_ignored_even_if_the_first_member_subscribes_to_it():
     result = assign({"t": 2, "u": 1}, {"a": sub("t", "u"), "b": sub("u", owned=tps("t", 1), generation=1),

@@ -517,3 +517,21 @@ def test_config_survives_pickling_with_secrets(tmp_path: Path):
     copy = pickle.loads(pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL))
     assert copy.kafka.security.sasl_password.reveal() == PASSWORD
     assert copy.describe() == config.describe()
+
+
+def test_metrics_are_on_by_default_on_a_free_port_and_can_be_set_or_turned_off(tmp_path):
+    from pipelines.config.model import MetricsConfig
+
+    assert load(tmp_path).metrics == MetricsConfig(enabled=True, port=0, host="0.0.0.0")
+    assert load(tmp_path, metrics={"port": 9464, "host": "127.0.0.1"}).metrics.port == 9464
+    assert not load(tmp_path, metrics={"enabled": False}).metrics.enabled
+
+
+@pytest.mark.parametrize("metrics, condition", [
+    ({"port": 65536}, Condition.BAD_VALUE), ({"port": -1}, Condition.BAD_VALUE),
+    ({"port": "http"}, Condition.WRONG_TYPE), ({"enabled": "yes"}, Condition.WRONG_TYPE),
+    ({"prot": 1}, Condition.UNKNOWN_KEY),
+])
+def test_a_bad_metrics_section_names_its_field(tmp_path, metrics, condition):
+    error = load_error(tmp_path, metrics=metrics)
+    assert error.condition == condition and error.field_path.startswith("metrics.")

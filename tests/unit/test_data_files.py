@@ -158,3 +158,15 @@ def test_files_written_but_never_committed_are_reported_as_unreferenced(tmp_path
     stray = table.file_writer().write(rows(T0, [2]).to_batches())     # written, never committed
     report = unreferenced_files(table.path)
     assert report.count == 1 and report.bytes == stray.files[0].size
+
+
+def test_a_count_by_column_is_counted_per_file_over_the_kept_rows_only(tmp_path):
+    from sinks.data_files import metadata_batch
+
+    writer = DataFileWriter(str(tmp_path), SCHEMA, count_by="name")
+    table = pa.concat_tables([rows(T0, [0, 1, 2, 3], ["bad", "bad", "worse", None]), rows(T1, [0], ["bad"])])
+    written = writer.write(table.to_batches(), {T0: 1, T1: 0})      # T0's offset 0 is a replay
+    assert written.counts == {"bad": 2, "worse": 1, "": 1} and written.rows_written == 4
+    records = metadata_batch(written, "dead").to_pylist()
+    assert WrittenFiles.from_metadata(records, "dead").counts == written.counts
+    assert DataFileWriter(str(tmp_path), SCHEMA).write(table.to_batches()).counts == {}

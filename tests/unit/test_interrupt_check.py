@@ -3,7 +3,7 @@
 A query stopped during a batch (every rebalance) makes the batch's Python function fail; Spark
 gets a ``py4j.Py4JException`` whose message is the Python traceback, the whole Java stack trace
 included, and matches it against ``StreamExecution.PROXY_ERROR``. Spark's pattern recursed once
-per character there, so the stream thread died of a StackOverflowError (issue 10, item 4);
+per character there, so the stream thread died of a StackOverflowError;
 :func:`linear_interrupt_check` swaps in an equivalent linear pattern.
 
 Runs Spark's own code in a bare Spark JVM (py4j gateway, no SparkContext: about 3 s).

@@ -185,7 +185,7 @@ def test_install_paths_find_the_project_root():
 RUNNER = "pipelines.runtime.runner"
 RUNNER_PARTS = {"pipelines.runtime.query_supervisor", "pipelines.runtime.reader_modes",
                 "pipelines.runtime.owned_partitions", "pipelines.runtime.warm_up",
-                "pipelines.runtime.membership"}
+                "pipelines.runtime.membership", "pipelines.runtime.member_probes"}
 
 
 def test_only_the_cli_and_local_tooling_import_the_runner():
@@ -194,10 +194,12 @@ def test_only_the_cli_and_local_tooling_import_the_runner():
 
 
 def test_the_runners_pieces_import_one_another_only_downward():
-    """reader_modes uses owned_partitions and warm_up; the supervisor, owned partitions, warm-up
-    and membership import no other piece."""
+    """reader_modes uses owned_partitions and warm_up, member_probes reads the supervisor and the
+    owned partitions; the supervisor, owned partitions, warm-up and membership import no other piece."""
     graph = import_graph()
-    allowed = {"pipelines.runtime.reader_modes": {"pipelines.runtime.owned_partitions", "pipelines.runtime.warm_up"}}
+    allowed = {"pipelines.runtime.reader_modes": {"pipelines.runtime.owned_partitions", "pipelines.runtime.warm_up"},
+               "pipelines.runtime.member_probes": {"pipelines.runtime.query_supervisor",
+                                                   "pipelines.runtime.owned_partitions"}}
     crossing = {m: sorted(graph[m] & RUNNER_PARTS - allowed.get(m, set())) for m in RUNNER_PARTS}
     assert not any(crossing.values()), crossing
     outside = sorted(m for m, targets in graph.items() if targets & RUNNER_PARTS
