@@ -128,6 +128,25 @@ def test_a_secret_file_is_read_without_its_trailing_newlines(tmp_path: Path):
     path.write_bytes(b" pass word \r\n\n")
     secret = file_secret(path)
     assert (secret.reveal(), secret.source) == (" pass word ", f"file:{path}")
+    path.write_bytes(b"XpassX\n")  # only line ends are stripped
+    assert file_secret(path).reveal() == "XpassX"
+
+
+def test_a_secret_file_is_read_as_utf8_whatever_the_locale(tmp_path: Path):
+    """A secret file written in UTF-8 reads the same on a machine whose locale is not UTF-8."""
+    import locale
+    import sys
+
+    if sys.flags.utf8_mode:
+        pytest.skip("Python's UTF-8 mode reads every file as UTF-8")
+    path = tmp_path / "pw"
+    path.write_bytes("pässwörd-€".encode())
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")  # an ASCII locale
+    try:
+        assert file_secret(path).reveal() == "pässwörd-€"
+    finally:
+        locale.setlocale(locale.LC_CTYPE, before)
 
 
 def test_a_missing_or_unreadable_secret_file_is_named_never_its_contents(tmp_path: Path):
