@@ -46,6 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("--bootstrap", default="127.0.0.1:9092")
     describe.add_argument("--pipeline", help="describe the group and table of a pipeline file")
     describe.add_argument("--json", action="store_true")
+    offsets = sub.add_parser("offsets", help="show or reset a pipeline's offsets (both tables and the group)")
+    offsets.add_argument("file")
+    actions = offsets.add_subparsers(dest="action", required=True, prog="scg offsets FILE")
+    actions.add_parser("show", help="per partition: the tables', the group's and the log's offsets, lag") \
+        .add_argument("--json", action="store_true")
+    reset = actions.add_parser("reset", help="move the tables' and the group's offsets")
+    reset.add_argument("--to", required=True, metavar="earliest|latest|OFFSET|ISO-8601-TIME")
+    reset.add_argument("--partitions", metavar="TOPIC:PARTITION[,...]", help="only these (default: all)")
+    reset.add_argument("--dry-run", action="store_true", help="print the moves, write nothing")
+    reset.add_argument("--force", action="store_true",
+                       help="even while the group has members: fence them, remove them from the group")
     return parser
 
 
@@ -142,5 +153,11 @@ def cmd_describe(args) -> int:
     return describe_command(args)
 
 
+def cmd_offsets(args) -> int:
+    from pipelines.cli.offsets_command import offsets_command
+
+    return offsets_command(args)
+
+
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "demo": cmd_demo, "kafka": cmd_kafka,
-            "assign": cmd_assign, "describe": cmd_describe}
+            "assign": cmd_assign, "describe": cmd_describe, "offsets": cmd_offsets}

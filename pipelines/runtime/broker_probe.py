@@ -125,6 +125,18 @@ class BrokerProbe:
             found = self._offsets(self._client(), partitions, OffsetSpec.latest(), errors, committed_only)
         return found, {tp: errors.get(tp, "PARTITION_UNAVAILABLE") for tp in partitions if tp not in found}
 
+    def offsets_at(self, partitions: Iterable[TopicPartition], timestamp_ms: int
+                   ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, str]]:
+        """ListOffsets by time: per partition the first offset whose record time is at or after
+        ``timestamp_ms`` (-1 when no record is: the time is past the log end), and the condition
+        of each partition the brokers did not answer for."""
+        from confluent_kafka.admin import OffsetSpec
+
+        partitions, errors = sorted(set(partitions)), {}
+        with self._lock:
+            found = self._offsets(self._client(), partitions, OffsetSpec.for_timestamp(timestamp_ms), errors)
+        return found, {tp: errors.get(tp, "PARTITION_UNAVAILABLE") for tp in partitions if tp not in found}
+
     def group_members(self, group_id: str, patience_s: float = GROUP_PATIENCE_S,
                       sleep: Callable[[float], object] = time.sleep,
                       clock: Callable[[], float] = time.monotonic) -> tuple[str | None, ...] | None:

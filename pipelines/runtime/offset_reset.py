@@ -40,6 +40,11 @@ class OffsetResetError(ScgError):
 
     condition = "RESET_ERROR"
     exit_category = ExitCategory.CONFIG
+    advice = ""   # said once after the details, however many partitions they name
+
+    def __init__(self, detail: str):
+        self.detail = detail
+        super().__init__(f"{detail}; {self.advice}" if self.advice else detail)
 
 
 class BadResetTarget(OffsetResetError):
@@ -64,12 +69,14 @@ class ResetOutOfRange(OffsetResetError):
     """A target offset below the log start or above the log end."""
 
     condition = "RESET_OUT_OF_RANGE"
+    advice = "choose an offset within the log (scg offsets FILE show gives both ends)"
 
 
 class TimestampPastEnd(OffsetResetError):
     """A partition has no record at or after the target time."""
 
     condition = "RESET_TIMESTAMP_PAST_END"
+    advice = "leave those partitions out with --partitions, or reset them --to latest"
 
 
 class GroupHasMembers(OffsetResetError):
@@ -84,6 +91,7 @@ class LogUnknown(OffsetResetError):
 
     condition = "RESET_LOG_UNKNOWN"
     exit_category = ExitCategory.RUNTIME
+    advice = "nothing was written; try again when the brokers answer"
 
 
 class ResetIncomplete(OffsetResetError):
@@ -236,16 +244,14 @@ def resolve_target(state: PartitionState, target: ResetTarget, at_time: int | No
     ResetOutOfRange or TimestampPastEnd naming the partition."""
     name = _names([state.tp])
     if state.log_start is None or state.log_end is None:
-        raise LogUnknown(f"{name}: the brokers did not describe its log ({state.log_error or 'no answer'}); "
-                         "nothing was written, try again")
+        raise LogUnknown(f"{name}: the brokers did not describe its log ({state.log_error or 'no answer'})")
     if target.kind == EARLIEST:
         return state.log_start
     if target.kind == LATEST:
         return state.log_end
     if target.kind == TIMESTAMP:
         if at_time is None or at_time < 0 or at_time >= state.log_end:
-            raise TimestampPastEnd(f"{name}: no record at or after {target} (log end {state.log_end}); "
-                                   "leave it out with --partitions, or reset it --to latest")
+            raise TimestampPastEnd(f"{name}: no record at or after {target} (log end {state.log_end})")
         return max(at_time, state.log_start)
     if not state.log_start <= target.value <= state.log_end:
         raise ResetOutOfRange(f"{name}: offset {target.value} is outside its log "
@@ -268,7 +274,7 @@ def build_plan(states: Sequence[PartitionState], target: ResetTarget,
         moves.append(ResetMove(state.tp, state.table, state.dead_letters, state.committed, to))
     if refused:
         first = type(refused[0])
-        raise first("; ".join(str(e) for e in refused if type(e) is first))
+        raise first("; ".join(e.detail for e in refused if type(e) is first))
     return ResetPlan(target, tuple(moves))
 
 

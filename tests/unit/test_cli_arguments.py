@@ -38,6 +38,15 @@ CASES = Path(__file__).parent / "config_cases"
      "ASSIGNOR_IMPORT_FAILED"),
     (["describe"], "BAD_ARGUMENTS"),
     (["describe", "--pipeline", "missing.yaml"], "FILE_NOT_FOUND"),
+    (["offsets"], "BAD_ARGUMENTS"),
+    (["offsets", "missing.yaml"], "BAD_ARGUMENTS"),
+    (["offsets", "missing.yaml", "rewind"], "BAD_ARGUMENTS"),
+    (["offsets", "missing.yaml", "show"], "FILE_NOT_FOUND"),
+    (["offsets", "missing.yaml", "reset"], "BAD_ARGUMENTS"),
+    (["offsets", "missing.yaml", "reset", "--to", "first"], "RESET_BAD_TARGET"),
+    (["offsets", "missing.yaml", "reset", "--to", "-3"], "RESET_BAD_TARGET"),
+    (["offsets", "missing.yaml", "reset", "--to", "3", "--partitions", "t:0,t"], "RESET_BAD_PARTITIONS"),
+    (["offsets", "missing.yaml", "reset", "--to", "3"], "FILE_NOT_FOUND"),
 ])
 def test_bad_arguments_exit_2_naming_the_condition(argv, condition, capsys):
     code = main(argv)

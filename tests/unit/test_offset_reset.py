@@ -144,6 +144,7 @@ def test_plan_refusal_names_every_partition_refused_for_the_same_reason():
         build_plan(states, ResetTarget(OFFSET, 25))
     message = str(raised.value)
     assert "t:0" in message and "t:1" in message and "t:2" not in message
+    assert message.count("scg offsets FILE show") == 1  # the advice once, after the partitions
 
 
 def test_plan_refusal_takes_the_first_reason_met():
