@@ -14,17 +14,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from pipelines.runtime.install_paths import PROJECT_ROOT
-
-
-def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 0.2):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(poll_s)
+from tests.support.waiting import wait_until
 
 
 RUNNING: list["MemberProcess"] = []  # killed after each test by tests/e2e/conftest.py
@@ -66,7 +56,7 @@ class MemberProcess:
             if self.proc.poll() is not None and not self._match(regex, after):
                 raise AssertionError(f"{self.name} exited ({self.proc.returncode}):\n{self.tail()}")
             return self._match(regex, after)
-        return wait_until(found, timeout_s, f"{self.name}: /{pattern}/\n{self.tail()}")
+        return wait_until(found, timeout_s, lambda: f"{self.name}: /{pattern}/\n{self.tail()}")
 
     def _match(self, regex, after: int):
         return next((line for line in list(self.lines)[after:] if regex.search(line)), None)

@@ -32,8 +32,9 @@ from groupmgr.core import TopicPartition
 from pipelines.config import load_pipeline
 from pipelines.local.local_kafka import LocalKafka
 from sinks.txn_table import read_recorded_offsets
-from tests.e2e.harness import BrokerNode, ClusterView, MemberProcess, SteadyProducer, wait_until
+from tests.e2e.harness import BrokerNode, ClusterView, MemberProcess, SteadyProducer
 from tests.support.kafka_data import create_topic, log_end_offsets, table_reached, write_pipeline
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 PARTITIONS = 6

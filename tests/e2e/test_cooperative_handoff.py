@@ -13,8 +13,9 @@ import time
 import pytest
 
 from pipelines.config import load_pipeline
-from tests.e2e.harness import MemberProcess, SteadyProducer, wait_until
+from tests.e2e.harness import MemberProcess, SteadyProducer
 from tests.support.kafka_data import create_topic, delta_coordinates, log_end_offsets, table_reached, write_pipeline
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 PARTITIONS = 16

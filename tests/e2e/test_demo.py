@@ -11,7 +11,7 @@ import time
 import pytest
 
 from pipelines.runtime.install_paths import PROJECT_ROOT
-from tests.e2e.harness import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -13,8 +13,9 @@ import pytest
 
 from pipelines.config import load_pipeline
 from pipelines.runtime.runner import PipelineRunner
-from tests.e2e.harness import MemberProcess, wait_until
+from tests.e2e.harness import MemberProcess
 from tests.support.kafka_data import create_topic, json_events, produce, write_pipeline
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 REBALANCE_TIMEOUT_S = 20  # above a cold member's first batch on a loaded 2-core machine

@@ -20,7 +20,8 @@ from groupmgr.assignors import COOPERATIVE, TopicPartition as TP
 from groupmgr.generation import MemberState
 from groupmgr.coordinator_client import KafkaTransport
 from groupmgr.member import GroupMember, MemberConfig
-from tests.integration.test_group_member import covers, create_topics, wait_until
+from tests.integration.test_group_member import covers, create_topics
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 # by path: the venv may predate the cooperative-sticky entry point (same class, same protocol name)

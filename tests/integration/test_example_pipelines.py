@@ -24,8 +24,8 @@ from confluent_kafka.admin import AdminClient
 from pipelines.config import load_pipeline
 from pipelines.local.acls import Acl, AclAdmin
 from pipelines.runtime.install_paths import PROJECT_ROOT
-from tests.e2e.harness import wait_until
 from tests.support.kafka_data import create_topic, delta_coordinates, log_end_offsets, produce, table_reached
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 SCG = str(PROJECT_ROOT / "bin" / "scg")

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 import uuid
 
 import pytest
@@ -23,6 +22,7 @@ from groupmgr.member import GroupMember, MemberConfig
 from groupmgr.offsets import OffsetAndMetadata, commit_offsets
 from pipelines.local.local_kafka import LocalKafka
 from pipelines.runtime.install_paths import jars_dir
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 # these members have no application loop calling poll(): the poll timer is out of the way
@@ -50,14 +50,6 @@ class Recorder:
     def count(self, kind: str) -> int:
         with self.lock:
             return sum(1 for e in self.events if e[0] == kind)
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)  # polling interval of a bounded condition wait, not synchronisation
 
 
 def create_topics(bootstrap: str, topics: dict[str, int], replication: int = 1) -> set[TP]:

@@ -22,11 +22,12 @@ from pipelines.local.local_kafka import free_port
 from pipelines.runtime.install_paths import PROJECT_ROOT
 from pipelines.runtime.runner import PipelineRunner
 from sinks.txn_table import read_recorded_offsets
-from tests.e2e.harness import MemberProcess, wait_until
+from tests.e2e.harness import MemberProcess
 from tests.support.kafka_data import create_topic, delta_coordinates, json_events, log_end_offsets, produce
 from tests.support.member_group import owned_once_by_all, stop_all
 from tests.support.s3_server import SECRET_KEY, S3Server
 from tests.support.static_member import StaticMember
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 SCG = str(PROJECT_ROOT / "bin" / "scg")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from contextlib import contextmanager
 
 import pytest
@@ -27,6 +26,7 @@ from pipelines.runtime.batch_writer import BatchHooks
 from pipelines.runtime.membership import group_member_factory
 from pipelines.runtime.runner import PipelineRunner
 from tests.support.kafka_data import create_topic, write_pipeline
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 WAIT_S = 180
@@ -67,14 +67,14 @@ def test_records_deleted_before_they_were_read(bootstrap, spark, tmp_path, uniqu
     hooks = BatchHooks(before_commit=hold_second_batch)
     with running(config, spark, lines, hooks) as runner:
         assert batch_zero_done.wait(WAIT_S)
-        _wait(lambda: _ids(config.sink.path) >= first, "first records")
+        wait_until(lambda: _ids(config.sink.path) >= first, WAIT_S, "first records")
         # While the query runs: more records, then partition 1 loses offsets 10..24 (retention).
         more = _produce_to(bootstrap, topic, {p: range(p * 1000 + 10, p * 1000 + 30) for p in range(3)})
         _delete_records(bootstrap, topic, 1, 25)
         deleted.set()
-        _wait(lambda: any("stopped: [KAFKA_DATA_LOSS]" in line for line in lines), "partition 1 stopped")
+        wait_until(lambda: any("stopped: [KAFKA_DATA_LOSS]" in line for line in lines), WAIT_S, "partition 1 stopped")
         expected = first | {i for i in more if i // 1000 != 1}
-        _wait(lambda: _ids(config.sink.path) >= expected, "partitions 0 and 2 flow on")
+        wait_until(lambda: _ids(config.sink.path) >= expected, WAIT_S, "partitions 0 and 2 flow on")
         assert TopicPartition(topic, 1) in runner.owned.stopped and runner.member.raise_if_failed() is None
         capsys.readouterr()
         assert describe_command(_Args(str(path))) == 0
@@ -90,7 +90,8 @@ def test_records_deleted_before_they_were_read(bootstrap, spark, tmp_path, uniqu
                                                                             "  on_data_loss: skip"))
     config = load_pipeline(path)
     with running(config, spark, lines):
-        _wait(lambda: _ids(config.sink.path) >= expected | set(range(1025, 1030)), "partition 1 skips the gap")
+        wait_until(lambda: _ids(config.sink.path) >= expected | set(range(1025, 1030)), WAIT_S,
+                   "partition 1 skips the gap")
     rows = spark.read.format("delta").load(config.sink.path).select("id").collect()
     assert sorted(r.id for r in rows) == sorted(expected | set(range(1025, 1030)))  # exactly once
     dead = spark.read.format("delta").load(config.sink.dead_letter_path).collect()
@@ -107,13 +108,13 @@ def test_a_recreated_topic_is_read_again_exactly_once(bootstrap, spark, tmp_path
     config = load_pipeline(path)
     lines: list[str] = []
     with running(config, spark, lines):
-        _wait(lambda: _ids(config.sink.path) >= old, "the first incarnation")
+        wait_until(lambda: _ids(config.sink.path) >= old, WAIT_S, "the first incarnation")
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.delete_topics([topic])[topic].result(timeout=30)
-        _wait(lambda: topic not in admin.list_topics(timeout=10).topics, "topic deleted")
-        _wait(lambda: _create(bootstrap, topic), "topic created again")
+        wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, WAIT_S, "topic deleted")
+        wait_until(lambda: _create(bootstrap, topic), WAIT_S, "topic created again")
         new = _produce_to(bootstrap, topic, {p: range(5000 + p * 1000, 5000 + p * 1000 + 8) for p in range(2)})
-        _wait(lambda: _ids(config.sink.path) >= old | new, "the new incarnation")
+        wait_until(lambda: _ids(config.sink.path) >= old | new, WAIT_S, "the new incarnation")
     rows = spark.read.format("delta").load(config.sink.path).select("id").collect()
     assert sorted(r.id for r in rows) == sorted(old | new)  # every record exactly once, none skipped
     assert any("TOPIC_RECREATED" in line for line in lines)
@@ -160,10 +161,3 @@ def _ids(table_path) -> set[int]:
         return set(DeltaTable(str(table_path)).to_pyarrow_table(columns=["id"])["id"].to_pylist())
     except Exception:  # noqa: BLE001 - not created yet
         return set()
-
-
-def _wait(predicate, what, timeout_s=WAIT_S):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from pipelines.runtime.runner import PipelineRunner
 from tests.support.kafka_data import (create_topic, delta_coordinates, json_events, log_end_offsets, produce,
                                       table_reached, write_pipeline)
 from tests.support.static_member import StaticMember
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 4
@@ -58,12 +58,15 @@ def test_partitions_move_between_following_queries_without_a_restart(bootstrap, 
     first = Member(config, spark)
     second = None
     try:
-        _wait(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
+        wait_until(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180,
+                   "the table to reach every produced offset")
         query_id = first.runner.reader.query.id
         second = Member(config, spark)
-        _wait(lambda: len(first.owned()) == len(second.owned()) == PARTITIONS // 2, 180)
+        wait_until(lambda: len(first.owned()) == len(second.owned()) == PARTITIONS // 2, 180,
+                   "the two members to own half the partitions each")
         produced |= produce(bootstrap, unique_name, json_events(400, start=400))
-        _wait(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
+        wait_until(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180,
+                   "the table to reach every produced offset")
         assert first.runner.reader.query.id == query_id  # the same query read before and after
         for member in (first, second):
             assert sum("query started over reader" in line for line in member.lines) == 1, member.lines
@@ -120,13 +123,6 @@ class GroupConsumer:
         self.stop.set()
         self.thread.join(10)
         self.consumer.close()
-
-
-def _wait(predicate, timeout_s):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
 
 
 def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap, spark, tmp_path, unique_name):
@@ -186,8 +182,9 @@ def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap
         assert members[0].commits == [] and runner.reader.claims == {}
         assert runner.reader.query.isActive and runner.reader.query.id == query_id
         runner.member.start()  # the static member is assigned both partitions; run()'s loop:
-        _wait(lambda: runner.check() is QueryState.RUNNING
-              and table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
+        wait_until(lambda: runner.check() is QueryState.RUNNING
+                   and table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180,
+                   "the query running and the table at every produced offset")
         assert runner.reader.query.id == query_id
     finally:
         try:

@@ -4,7 +4,6 @@ invariants 1 and 5)."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
@@ -15,6 +14,7 @@ from pipelines.runtime.membership import group_member_factory, resolve_topics
 from pipelines.runtime.runner import PipelineRunner
 from tests.support.kafka_data import (create_topic, delta_coordinates, json_events, log_end_offsets,
                                       produce, table_reached, write_pipeline)
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -36,12 +36,14 @@ def test_two_topics_and_added_partitions(bootstrap, spark, tmp_path, unique_name
     thread = threading.Thread(target=runner.run, args=(stop,))
     thread.start()
     try:
-        _wait(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
+        wait_until(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180,
+                   "the table to reach every produced offset")
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_partitions([NewPartitions(first, 4)])[first].result(timeout=30)
         produced |= produce(bootstrap, first, json_events(300, start=200))
-        _wait(lambda: TopicPartition(first, 3) in runner.owned.partitions, 120)
-        _wait(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
+        wait_until(lambda: TopicPartition(first, 3) in runner.owned.partitions, 120, f"{first}-3 to be assigned")
+        wait_until(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180,
+                   "the table to reach every produced offset")
     finally:
         stop.set()
         thread.join(120)
@@ -69,20 +71,15 @@ def test_topic_pattern_picks_up_a_new_matching_topic(bootstrap, spark, tmp_path,
     thread = threading.Thread(target=runner.run, args=(stop,))
     thread.start()
     try:
-        _wait(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
+        wait_until(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180,
+                   "the table to reach every produced offset")
         create_topic(bootstrap, later, 2)
         produced |= produce(bootstrap, later, json_events(100, start=100))
-        _wait(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180)
+        wait_until(lambda: table_reached(config.sink.path, config.name, log_end_offsets(produced)), 180,
+                   "the table to reach every produced offset")
         assert runner.member.topics == resolve_topics(config) == (first, later)
     finally:
         stop.set()
         thread.join(120)
     rows = delta_coordinates(spark, config.sink.path)
     assert len(rows) == len(set(rows)) and set(rows) == produced  # nothing from the unrelated topic
-
-
-def _wait(predicate, timeout_s):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)

@@ -32,9 +32,10 @@ from pipelines.runtime.kafka_access import check_kafka_access
 from pipelines.runtime.pipeline_tables import open_tables
 from pipelines.runtime.membership import member_config_for
 from pipelines.runtime.spark_session import prepare_session
-from tests.e2e.harness import MemberProcess, wait_until
+from tests.e2e.harness import MemberProcess
 from tests.support.kafka_data import create_topic, delta_coordinates, json_events, log_end_offsets, produce, table_reached
 from tests.support.member_group import owned_once_by_all, stop_all
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 SCG = str(PROJECT_ROOT / "bin" / "scg")

@@ -15,10 +15,11 @@ from confluent_kafka import Consumer
 
 from pipelines.config import load_pipeline
 from pipelines.runtime.install_paths import PROJECT_ROOT
-from tests.e2e.harness import MemberProcess, wait_until
+from tests.e2e.harness import MemberProcess
 from tests.support.kafka_data import (create_topic, delta_coordinates, json_events, log_end_offsets, produce,
                                       table_reached, write_pipeline)
 from tests.support.member_group import stop_all
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 4

@@ -18,22 +18,13 @@ import pytest
 
 from pipelines.runtime.install_paths import PROJECT_ROOT
 from tests.support.kafka_data import create_topic, json_events, produce, write_pipeline
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 GRACE_S = 8.0
 EXIT_LINE = (f"[scg] member did not stop within {GRACE_S:g} s after SIGTERM; exiting now "
              "(partitions are fenced by the next owner's claim)")
-
-
-def wait_until(predicate, timeout_s: float, what: str, proc: subprocess.Popen, lines: list[str]):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if proc.poll() is not None:
-            raise AssertionError(f"member exited ({proc.returncode}) waiting for {what}:\n" + "\n".join(lines[-30:]))
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}:\n" + "\n".join(lines[-30:]))
-        time.sleep(0.1)
 
 
 @pytest.mark.timeout(240)
@@ -51,7 +42,12 @@ def test_sigterm_ends_a_member_whose_batch_hangs_within_the_grace_period(bootstr
     pump = threading.Thread(target=lambda: lines.extend(line.rstrip("\n") for line in proc.stdout), daemon=True)
     pump.start()
     try:
-        wait_until(Path(f"{hang}.waiting").exists, 180, "a batch in flight", proc, lines)
+        def in_flight() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"member exited ({proc.returncode}) before a batch was in flight:\n"
+                                     + "\n".join(lines[-30:]))
+            return Path(f"{hang}.waiting").exists()
+        wait_until(in_flight, 180, lambda: "a batch in flight:\n" + "\n".join(lines[-30:]), poll_s=0.1)
         signalled = time.monotonic()
         proc.send_signal(signal.SIGTERM)  # the Python process only, as a container runtime does
         code = proc.wait(GRACE_S + 20)

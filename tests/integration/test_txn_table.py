@@ -84,7 +84,7 @@ def test_stale_writer_is_fenced_after_a_new_claim(table):  # invariant 3 (fenced
 
 def test_concurrent_writers_of_one_partition_never_both_win(table):  # invariant 3 (CAS)
     epochs = table.claim([T0])
-    barrier, results, errors = threading.Barrier(4), [], []
+    barrier, results, errors = threading.Barrier(4, timeout=60), [], []
 
     def write(first: int) -> None:
         barrier.wait()

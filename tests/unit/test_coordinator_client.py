@@ -15,6 +15,7 @@ from groupmgr.group_errors import CoordinatorUnreachable, GroupAuthorizationFail
 from groupmgr.generation import MemberState
 from groupmgr.member import GroupMember, MemberConfig
 from tests.support.fake_coordinator import FakeCoordinator, Recorder
+from tests.support.waiting import wait_until
 
 
 class StepClock:
@@ -67,11 +68,11 @@ def test_close_interrupts_retries():
         first_attempt.set()
         raise CoordinatorUnreachable("x")
 
-    closer = threading.Thread(target=lambda: first_attempt.wait() and client.close(), daemon=True)
+    closer = threading.Thread(target=lambda: first_attempt.wait(30) and client.close(), daemon=True)
     closer.start()
     with pytest.raises(MemberClosedError):
         client.retrying(attempt, deadline=float("inf"))
-    closer.join()
+    closer.join(30)
     assert attempts == [1]
 
 
@@ -110,10 +111,10 @@ def test_transport_close_wakes_waiting_caller(black_hole):
     worker = threading.Thread(target=lambda: errors.append(pytest.raises(CoordinatorUnreachable, transport.start, 3600)),
                               daemon=True)
     worker.start()
-    while not transport._waiters:  # until the worker is blocked in start() (an hour's wait)
-        time.sleep(0.01)
+    wait_until(lambda: transport._waiters, 30, "the worker to block in start() (an hour's wait)", poll_s=0.01)
     transport.close()
-    worker.join()                  # only close() can wake it before the hour is up
+    worker.join(30)                # only close() can wake it before the hour is up
+    assert not worker.is_alive()
     assert errors
 
 
@@ -123,7 +124,8 @@ def test_member_close_is_bounded_while_broker_never_answers(black_hole):
     config = MemberConfig(bootstrap_servers=black_hole, group_id="g", topics=("t",), request_timeout_ms=3_600_000)
     member = GroupMember(config, Recorder()).start()
     member.close(timeout_s=4)
-    member._thread.join()          # without the wake-up this would be the hour: the per-test timeout
+    member._thread.join(30)        # without the wake-up this would be the hour
+    assert not member._thread.is_alive()
     assert member.state is MemberState.CLOSED
 
 
@@ -178,7 +180,8 @@ def test_closing_a_lazily_started_client_ends_a_start_in_progress():
     worker.start()
     assert transport.starting.wait(10)
     lazy.close()                      # only close() can end the start before the hour is up
-    worker.join()
+    worker.join(30)
+    assert not worker.is_alive()
     assert [type(e) for e in errors] == [MemberClosedError]
     with pytest.raises(MemberClosedError):
         lazy.get(1)

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from pipelines.cli.run_member import _StopOnSignals
+from tests.support.waiting import wait_until
 
 
 class Exits:
@@ -68,10 +69,8 @@ def test_without_a_signal_nothing_stays_behind(watched):
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     with _StopOnSignals(stop, grace_s=0.1, out=lines.append, exit=exits):
         assert any(t.name == "scg-shutdown-watchdog" for t in threading.enumerate())
-    deadline = time.monotonic() + 5
-    while any(t.name == "scg-shutdown-watchdog" for t in threading.enumerate()) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not any(t.name == "scg-shutdown-watchdog" for t in threading.enumerate())
+    wait_until(lambda: not any(t.name == "scg-shutdown-watchdog" for t in threading.enumerate()), 30,
+               "the watchdog thread to end", poll_s=0.01)
     assert {sig: signal.getsignal(sig) for sig in before} == before
     assert signal.set_wakeup_fd(-1) == -1  # restored (pytest sets none)
     assert not stop.is_set() and exits.codes == [] and lines == []
