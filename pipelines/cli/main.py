@@ -22,6 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a pipeline as one member of its consumer group")
     run.add_argument("file")
+    run.add_argument("--log-format", choices=("text", "json"), default=None,
+                     help="one event per line as text (default) or JSON; also SCG_LOG_FORMAT")
     sub.add_parser("validate", help="validate pipeline files and exit (2 if any is invalid)") \
         .add_argument("files", nargs="+", metavar="FILE")
     demo = sub.add_parser("demo", help="the main job end to end on an embedded local Kafka")
@@ -78,8 +80,13 @@ def cmd_run(args) -> int:
     from pipelines.cli.run_member import run_pipeline
     from pipelines.config import load_pipeline
 
+    from pipelines.cli.log_setup import configure_logging, log_format
+    from pipelines.runtime.metrics import member_label
+
+    fmt = log_format(args.log_format)
     config = load_pipeline(args.file)
-    run_pipeline(config)
+    configure_logging(fmt, config.name, member_label(config.group.instance_id))
+    run_pipeline(config, out=None)
     return EXIT_OK
 
 

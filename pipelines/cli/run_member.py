@@ -29,11 +29,13 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def run_pipeline(config: PipelineConfig, stop: threading.Event | None = None,
-                 out: Callable[[str], None] = print, shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+                 out: Callable[[str], None] | None = print, shutdown_grace_s: float = SHUTDOWN_GRACE_S,
                  **runner_options) -> None:
     """Check the pipeline's Kafka access (a wrong password, certificate or ACL fails here, named,
     before Spark starts), then run ``config``'s member in this process's Spark session (created or
-    reused) until ``stop`` is set or a signal arrives; ``runner_options`` go to :meth:`PipelineRunner.open` (e.g. test hooks).
+    reused) until ``stop`` is set or a signal arrives. ``out``: where the member's lines go (None:
+    the process's logging, as ``scg run`` configures it); ``runner_options`` go to
+    :meth:`PipelineRunner.open` (e.g. test hooks).
     After a SIGINT/SIGTERM the process exits within ``shutdown_grace_s`` seconds, cleanly or
     through :class:`_StopOnSignals`' watchdog (module docstring)."""
     from pipelines.runtime.kafka_access import CHECK_TIMEOUT_S, check_kafka_access
@@ -41,15 +43,23 @@ def run_pipeline(config: PipelineConfig, stop: threading.Event | None = None,
     from pipelines.runtime.spark_session import get_or_create_spark
 
     stop = stop or threading.Event()
+    runner_out, out = out, out or _logged
     out(f"[scg] starting pipeline {config.name}: group {config.group.id}, "
         f"topics {', '.join(config.topics) or config.topic_pattern}, table {config.sink.path}")
     if not check_kafka_access(config.kafka, config.topics, config.group.id):
         out(f"[scg] Kafka at {config.kafka.bootstrap_string} did not answer within "
             f"{CHECK_TIMEOUT_S:.0f} s; starting anyway, the member keeps trying to reach it")
     spark = get_or_create_spark(f"scg-{config.name}", config.spark_conf())
-    runner = PipelineRunner.open(config, spark, out=out, **runner_options)
+    runner = PipelineRunner.open(config, spark, out=runner_out, **runner_options)
     with _StopOnSignals(stop, shutdown_grace_s, out):
         runner.run(stop)
+
+
+def _logged(line: str) -> None:
+    """A line of this module, logged like the member's progress (``out=None``)."""
+    import logging
+
+    logging.getLogger("scg.progress").info(line.removeprefix("[scg] "), extra={"event": "note"})
 
 
 class _StopOnSignals:
