@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
@@ -32,7 +33,9 @@ from tests.support.kafka_data import create_topic, write_pipeline
 pytestmark = pytest.mark.integration
 SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("v", pa.string())])
 RECORDS, RECORDED = 10, 8            # per partition: produced, and recorded in the tables and the group
-FIRST_MS = 1_767_225_600_000          # 2026-01-01T00:00:00Z: record i of each partition at FIRST_MS + i s
+# Record i of each partition is stamped FIRST_MS + i s: ten minutes ago, well inside the broker's
+# retention (a record time older than it lets the broker delete the records during the test).
+FIRST_MS = (int(time.time()) - 600) * 1000
 
 
 @pytest.fixture
@@ -94,7 +97,7 @@ def test_show_reset_and_refusals(pipeline, bootstrap, capsys):
     with pytest.raises(FencedWriterError):  # the writer that held t:0 before the reset is fenced
         stale.commit(SCHEMA.empty_table(), [OffsetRange(topic, 0, 3, 5)], epochs)
 
-    at = _run(capsys, "offsets", path, "reset", "--to", "2026-01-01T00:00:04.500Z")
+    at = _run(capsys, "offsets", path, "reset", "--to", _iso(FIRST_MS + 4500))
     assert at.code == 0, at.err
     assert _state(config, bootstrap, topic).table == {0: 5, 1: 5, 2: 5}  # first record at or after 4.5 s
 
@@ -103,7 +106,7 @@ def test_show_reset_and_refusals(pipeline, bootstrap, capsys):
     for argv, condition, named in [
         (["--to", str(RECORDS + 1)], "RESET_OUT_OF_RANGE", f"{topic}:2"),
         (["--to", "1", "--partitions", f"{topic}:1"], "RESET_OUT_OF_RANGE", f"{topic}:1"),
-        (["--to", "2026-01-01T00:01:00Z"], "RESET_TIMESTAMP_PAST_END", t0),
+        (["--to", _iso(FIRST_MS + 60_000)], "RESET_TIMESTAMP_PAST_END", t0),
         (["--to", "0", "--partitions", f"{topic}:7"], "RESET_UNKNOWN_PARTITION", f"{topic}:7"),
         (["--to", "0", "--partitions", f"{topic}:0;1"], "RESET_BAD_PARTITIONS", "--partitions"),
         (["--to", "yesterday"], "RESET_BAD_TARGET", "--to"),
@@ -192,6 +195,10 @@ class _State:
 
 def _state(config, bootstrap, topic) -> _State:
     return _State(config, bootstrap, topic)
+
+
+def _iso(millis: int) -> str:
+    return datetime.fromtimestamp(millis / 1000, timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _metadata(bootstrap, group, topic, partition) -> str:
