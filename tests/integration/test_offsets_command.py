@@ -29,6 +29,7 @@ from pipelines.cli.main import main
 from pipelines.config import load_pipeline
 from sinks.txn_table import FencedWriterError, TxnDeltaTable
 from tests.support.kafka_data import create_topic, write_pipeline
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("v", pa.string())])
@@ -122,7 +123,7 @@ def test_members_refuse_the_reset_unless_forced(pipeline, bootstrap, capsys):
     path, config, topic, _ = pipeline
     member, heard = _member(config, topic)
     try:
-        _wait(lambda: heard.assigned >= 1, "the member's first assignment")
+        wait_until(lambda: heard.assigned >= 1, 60, "the member's first assignment")
         member_id = member.generation.member_id
         before = _state(config, bootstrap, topic)
         refused = _run(capsys, "offsets", path, "reset", "--to", "earliest")
@@ -136,7 +137,7 @@ def test_members_refuse_the_reset_unless_forced(pipeline, bootstrap, capsys):
         assert f"--force: fencing {member_id}" in forced.out
         after = _state(config, bootstrap, topic)
         assert after.table == after.dead == {0: 0, 1: 0, 2: 0}
-        _wait(lambda: heard.fenced >= 1 and heard.assigned >= 2, "the removed member to rejoin")
+        wait_until(lambda: heard.fenced >= 1 and heard.assigned >= 2, 60, "the removed member to rejoin")
         assert member.generation.member_id != member_id
     finally:
         member.close(timeout_s=10)
@@ -266,10 +267,3 @@ def _member(config, topic):
                                  session_timeout_ms=6000, heartbeat_interval_ms=200, rebalance_timeout_ms=15000,
                                  max_poll_interval_ms=3_600_000, retry_backoff_ms=50, request_timeout_ms=10000)
     return GroupMember(member_config, heard).start(), heard
-
-
-def _wait(condition, what, timeout_s=60.0):
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
-        time.sleep(0.1)

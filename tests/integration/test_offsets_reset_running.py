@@ -5,7 +5,6 @@ the records between the new offset and the old one a second time; nothing else c
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from deltalake import DeltaTable
@@ -16,6 +15,7 @@ from pipelines.runtime.membership import group_member_factory
 from pipelines.runtime.runner import PipelineRunner
 from tests.integration.test_offsets_command import RECORDS, _produce
 from tests.support.kafka_data import create_topic, write_pipeline
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 WAIT_S = 180
@@ -34,15 +34,15 @@ def test_forced_reset_reaches_a_running_member(bootstrap, spark, tmp_path, uniqu
     thread = threading.Thread(target=runner.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        _wait(lambda: _offsets(config.sink.path, 0) == _offsets(config.sink.path, 1) == list(range(RECORDS)),
-              "the first read")
+        wait_until(lambda: _offsets(config.sink.path, 0) == _offsets(config.sink.path, 1) == list(range(RECORDS)),
+                   WAIT_S, "the first read")
         capsys.readouterr()
         refused = main(["offsets", str(path), "reset", "--to", "3", "--partitions", f"{topic}:0"])
         assert refused == 2 and "[RESET_GROUP_HAS_MEMBERS]" in capsys.readouterr().err
 
         assert main(["offsets", str(path), "reset", "--to", "3", "--partitions", f"{topic}:0", "--force"]) == 0
         again = sorted([*range(RECORDS), *range(3, RECORDS)])
-        _wait(lambda: _offsets(config.sink.path, 0) == again, "partition 0 read again from offset 3")
+        wait_until(lambda: _offsets(config.sink.path, 0) == again, WAIT_S, "partition 0 read again from offset 3")
         assert _offsets(config.sink.path, 1) == list(range(RECORDS))  # (a fenced member that was not
         # removed from the group would wait for a rebalance and never read partition 0 again)
     finally:
@@ -58,10 +58,3 @@ def _offsets(table_path: str, partition: int) -> list[int]:
     except Exception:  # noqa: BLE001 - not created yet
         return []
     return sorted(o for p, o in zip(table["partition"].to_pylist(), table["offset"].to_pylist()) if p == partition)
-
-
-def _wait(condition, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {WAIT_S}s waiting for {what}"
-        time.sleep(0.5)
