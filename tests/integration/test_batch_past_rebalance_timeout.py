@@ -14,7 +14,7 @@ import pytest
 from pipelines.config import load_pipeline
 from pipelines.runtime.runner import PipelineRunner
 from tests.e2e.harness import MemberProcess
-from tests.support.kafka_data import create_topic, json_events, produce, write_pipeline
+from tests.support.kafka_data import create_topic, json_events, produce, table_ids, write_pipeline
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -41,7 +41,7 @@ def test_a_batch_held_past_the_rebalance_timeout_hands_its_partitions_over(boots
     thread_b.start()
     try:
         wait_until(lambda: len(runner_b.owned.partitions) == 1 and len(a.owned()) == 1, 240, "the partitions shared")
-        wait_until(lambda: _ids(config.sink.path) >= set(range(20)), 240, "both members writing")
+        wait_until(lambda: table_ids(config.sink.path) >= set(range(20)), 240, "both members writing")
         hold.touch()  # a's next batch is held before its Delta commit, past the rebalance timeout
         produced |= produce(bootstrap, unique_name, json_events(20, start=20))
         wait_until(lambda: (tmp_path / "hold.waiting").exists(), 120, "member a's batch in flight")
@@ -50,14 +50,14 @@ def test_a_batch_held_past_the_rebalance_timeout_hands_its_partitions_over(boots
         wait_until(lambda: len(runner_b.owned.partitions) == 2, SESSION_TIMEOUT_S + REBALANCE_TIMEOUT_S + 30,
                    "member b owning both partitions")
         moved_after = time.monotonic() - held_at
-        wait_until(lambda: _ids(config.sink.path) >= set(range(40)), 120, "b writing a's partition")
+        wait_until(lambda: table_ids(config.sink.path) >= set(range(40)), 120, "b writing a's partition")
         assert a.proc.poll() is None, a.tail(40)
         rejoin_from = len(a.lines)
         hold.unlink()  # a's batch ends (its commit is refused: b claimed the partition)
         a.wait_for(r"assigned 1 partition", 120, after=rejoin_from)
         wait_until(lambda: len(runner_b.owned.partitions) == 1, 60, "the partitions shared again")
         produced |= produce(bootstrap, unique_name, json_events(20, start=40))
-        wait_until(lambda: _ids(config.sink.path) >= set(range(60)), 120, "both members writing again")
+        wait_until(lambda: table_ids(config.sink.path) >= set(range(60)), 120, "both members writing again")
     finally:
         stop_b.set()
         if thread_b.is_alive():
@@ -69,12 +69,3 @@ def test_a_batch_held_past_the_rebalance_timeout_hands_its_partitions_over(boots
     assert len(coordinates) == len(set(coordinates)) and set(coordinates) == produced
     print(f"\npartitions moved {moved_after:.1f}s after a's batch was held "
           f"(session {SESSION_TIMEOUT_S}s + rebalance {REBALANCE_TIMEOUT_S}s)", file=sys.stderr)
-
-
-def _ids(table_path) -> set[int]:
-    from deltalake import DeltaTable
-
-    try:
-        return set(DeltaTable(str(table_path)).to_pyarrow_table(columns=["id"])["id"].to_pylist())
-    except Exception:  # noqa: BLE001 - not created yet
-        return set()

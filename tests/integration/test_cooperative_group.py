@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from groupmgr.assignors import COOPERATIVE, TopicPartition as TP
@@ -21,6 +20,7 @@ from groupmgr.generation import MemberState
 from groupmgr.coordinator_client import KafkaTransport
 from groupmgr.member import GroupMember, MemberConfig
 from tests.integration.test_group_member import covers, create_topics
+from tests.support.librdkafka_member import LibrdkafkaMember
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -185,46 +185,6 @@ def test_offsets_are_committed_while_the_member_waits_in_a_rebalance(bootstrap, 
     wait_until(lambda: settled([member, slow, third], [], expected), 60, "three members to settle")
 
 
-class CKCooperative:
-    """A librdkafka cooperative-sticky consumer polled on its own thread; its assignment is what
-    ``assignment()`` returned after the last poll (incremental assign/revoke are applied by it)."""
-
-    def __init__(self, bootstrap: str, group: str, topic: str, name: str) -> None:
-        self.lock = threading.Lock()
-        self.current: set[TP] = set()
-        self.revokes: list[set[TP]] = []
-        self.stop = threading.Event()
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
-                                  "partition.assignment.strategy": "cooperative-sticky",
-                                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 200,
-                                  "enable.auto.commit": False})
-        self.consumer.subscribe([topic], on_revoke=self._revoke)
-        self.thread = threading.Thread(target=self._poll, daemon=True)
-        self.thread.start()
-
-    def _revoke(self, consumer, partitions):
-        with self.lock:
-            self.revokes.append({TP(p.topic, p.partition) for p in partitions})
-
-    def _poll(self):
-        try:
-            while not self.stop.is_set():
-                self.consumer.poll(0.1)
-                current = {TP(p.topic, p.partition) for p in self.consumer.assignment()}
-                with self.lock:
-                    self.current = current
-        finally:
-            self.consumer.close()
-
-    def assignment(self) -> set[TP]:
-        with self.lock:
-            return set(self.current)
-
-    def close(self):
-        self.stop.set()
-        self.thread.join(20)
-
-
 @pytest.mark.parametrize("leader", ["ours", "librdkafka"])
 def test_interop_with_librdkafka_cooperative_sticky_consumers(bootstrap, unique_name, closer, leader):
     expected = create_topics(bootstrap, {unique_name: 8})
@@ -238,7 +198,7 @@ def test_interop_with_librdkafka_cooperative_sticky_consumers(bootstrap, unique_
 
     def start_cks():
         for name in ("ck1", "ck2"):
-            ck = CKCooperative(bootstrap, unique_name, unique_name, name)
+            ck = LibrdkafkaMember(bootstrap, unique_name, unique_name, "cooperative-sticky", name)
             closer(ck.close)
             cks.append(ck)
 

@@ -11,7 +11,7 @@ import threading
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from groupmgr.assignors import TopicPartition as TP
@@ -22,6 +22,7 @@ from groupmgr.member import GroupMember, MemberConfig
 from groupmgr.offsets import OffsetAndMetadata, commit_offsets
 from pipelines.local.local_kafka import LocalKafka
 from pipelines.runtime.install_paths import jars_dir
+from tests.support.librdkafka_member import LibrdkafkaMember
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -122,42 +123,6 @@ def test_static_members_survive_crash_and_return(bootstrap, unique_name, closer,
     assert (members["a"][1].count("revoked"), members["b"][1].count("revoked")) == revoked
 
 
-class CKConsumer:
-    """A librdkafka consumer (range) polled on its own thread; tracks its assignment."""
-
-    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
-        self.assigned: set[TP] = set()
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": "ck",
-                                  "partition.assignment.strategy": "range", "session.timeout.ms": 6000,
-                                  "heartbeat.interval.ms": 300, "enable.auto.commit": False})
-        self.consumer.subscribe([topic], on_assign=self._assign, on_revoke=self._revoke)
-        self.thread = threading.Thread(target=self._poll, daemon=True)
-        self.thread.start()
-
-    def _assign(self, consumer, partitions):
-        with self.lock:
-            self.assigned = {TP(p.topic, p.partition) for p in partitions}
-
-    def _revoke(self, consumer, partitions):
-        with self.lock:
-            self.assigned = set()
-
-    def _poll(self):
-        while not self.stop.is_set():
-            self.consumer.poll(0.1)
-        self.consumer.close()
-
-    def assignment(self) -> set[TP]:
-        with self.lock:
-            return set(self.assigned)
-
-    def close(self):
-        self.stop.set()
-        self.thread.join(20)
-
-
 @pytest.mark.parametrize("leader", ["ours", "librdkafka"])
 def test_interop_with_librdkafka_range_member(bootstrap, unique_name, closer, leader):
     expected = create_topics(bootstrap, {unique_name: 5})
@@ -166,7 +131,7 @@ def test_interop_with_librdkafka_range_member(bootstrap, unique_name, closer, le
         ours, _ = start_member(bootstrap, unique_name, [unique_name])
         closer(lambda: ours.close(timeout_s=10))
         assert ours.wait_until_stable(30)
-    ck = CKConsumer(bootstrap, unique_name, unique_name)
+    ck = LibrdkafkaMember(bootstrap, unique_name, unique_name, "range")
     closer(ck.close)
     if leader == "librdkafka":
         wait_until(lambda: ck.assignment() == expected, 30, "librdkafka to own all")

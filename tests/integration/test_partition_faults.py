@@ -25,7 +25,7 @@ from pipelines.config import load_pipeline
 from pipelines.runtime.batch_writer import BatchHooks
 from pipelines.runtime.membership import group_member_factory
 from pipelines.runtime.runner import PipelineRunner
-from tests.support.kafka_data import create_topic, write_pipeline
+from tests.support.kafka_data import create_topic, table_ids, write_pipeline
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -67,14 +67,14 @@ def test_records_deleted_before_they_were_read(bootstrap, spark, tmp_path, uniqu
     hooks = BatchHooks(before_commit=hold_second_batch)
     with running(config, spark, lines, hooks) as runner:
         assert batch_zero_done.wait(WAIT_S)
-        wait_until(lambda: _ids(config.sink.path) >= first, WAIT_S, "first records")
+        wait_until(lambda: table_ids(config.sink.path) >= first, WAIT_S, "first records")
         # While the query runs: more records, then partition 1 loses offsets 10..24 (retention).
         more = _produce_to(bootstrap, topic, {p: range(p * 1000 + 10, p * 1000 + 30) for p in range(3)})
         _delete_records(bootstrap, topic, 1, 25)
         deleted.set()
         wait_until(lambda: any("stopped: [KAFKA_DATA_LOSS]" in line for line in lines), WAIT_S, "partition 1 stopped")
         expected = first | {i for i in more if i // 1000 != 1}
-        wait_until(lambda: _ids(config.sink.path) >= expected, WAIT_S, "partitions 0 and 2 flow on")
+        wait_until(lambda: table_ids(config.sink.path) >= expected, WAIT_S, "partitions 0 and 2 flow on")
         assert TopicPartition(topic, 1) in runner.owned.stopped and runner.member.raise_if_failed() is None
         capsys.readouterr()
         assert describe_command(_Args(str(path))) == 0
@@ -83,14 +83,14 @@ def test_records_deleted_before_they_were_read(bootstrap, spark, tmp_path, uniqu
         assert status[1].startswith("stopped: KAFKA_DATA_LOSS") and status[0] == status[2] == ""
     line = next(line for line in lines if "stopped: [KAFKA_DATA_LOSS]" in line)
     assert f"offsets 10..24 of {topic}-1 were deleted" in line
-    assert _ids(config.sink.path) == expected  # nothing of partition 1 after the gap was written
+    assert table_ids(config.sink.path) == expected  # nothing of partition 1 after the gap was written
 
     # The same pipeline with on_data_loss: skip: a marker for 10..24, then 25..29 flow.
     path.write_text(path.read_text().replace("  starting_offsets: earliest", "  starting_offsets: earliest\n"
                                                                             "  on_data_loss: skip"))
     config = load_pipeline(path)
     with running(config, spark, lines):
-        wait_until(lambda: _ids(config.sink.path) >= expected | set(range(1025, 1030)), WAIT_S,
+        wait_until(lambda: table_ids(config.sink.path) >= expected | set(range(1025, 1030)), WAIT_S,
                    "partition 1 skips the gap")
     rows = spark.read.format("delta").load(config.sink.path).select("id").collect()
     assert sorted(r.id for r in rows) == sorted(expected | set(range(1025, 1030)))  # exactly once
@@ -108,13 +108,13 @@ def test_a_recreated_topic_is_read_again_exactly_once(bootstrap, spark, tmp_path
     config = load_pipeline(path)
     lines: list[str] = []
     with running(config, spark, lines):
-        wait_until(lambda: _ids(config.sink.path) >= old, WAIT_S, "the first incarnation")
+        wait_until(lambda: table_ids(config.sink.path) >= old, WAIT_S, "the first incarnation")
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.delete_topics([topic])[topic].result(timeout=30)
         wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, WAIT_S, "topic deleted")
         wait_until(lambda: _create(bootstrap, topic), WAIT_S, "topic created again")
         new = _produce_to(bootstrap, topic, {p: range(5000 + p * 1000, 5000 + p * 1000 + 8) for p in range(2)})
-        wait_until(lambda: _ids(config.sink.path) >= old | new, WAIT_S, "the new incarnation")
+        wait_until(lambda: table_ids(config.sink.path) >= old | new, WAIT_S, "the new incarnation")
     rows = spark.read.format("delta").load(config.sink.path).select("id").collect()
     assert sorted(r.id for r in rows) == sorted(old | new)  # every record exactly once, none skipped
     assert any("TOPIC_RECREATED" in line for line in lines)
@@ -154,10 +154,3 @@ def _create(bootstrap, topic) -> bool:
         return True
     except Exception:  # noqa: BLE001 - the deletion may still be in progress
         return False
-
-
-def _ids(table_path) -> set[int]:
-    try:
-        return set(DeltaTable(str(table_path)).to_pyarrow_table(columns=["id"])["id"].to_pylist())
-    except Exception:  # noqa: BLE001 - not created yet
-        return set()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from deltalake import DeltaTable
 
 from groupmgr.core import TopicPartition
 from sinks.txn_table import read_recorded_offsets
@@ -93,3 +94,11 @@ def table_reached(table_path: str, app_id: str, ends: dict[TopicPartition, int])
     """True once the table records every partition at or past ``ends`` (False before it exists)."""
     recorded = read_recorded_offsets(table_path, app_id, ends)
     return bool(recorded) and all((recorded[tp] or 0) >= end for tp, end in ends.items())
+
+
+def table_ids(table_path) -> set[int]:
+    """The ``id`` column of a Delta table, read with deltalake (empty before the table exists)."""
+    try:
+        return set(DeltaTable(str(table_path)).to_pyarrow_table(columns=["id"])["id"].to_pylist())
+    except Exception:  # noqa: BLE001 - not created yet
+        return set()
