@@ -39,9 +39,23 @@ def describe_command(args) -> int:
         return _describe_pipeline(args.pipeline, args.json)
     if not args.group:
         raise BadArgumentsError("scg describe: give a GROUP or --pipeline FILE")
-    desc = describe_group(args.bootstrap, args.group)
+    if getattr(args, "config", None):
+        desc = _describe_with(args.config, args.group)
+    else:
+        desc = describe_group(args.bootstrap, args.group)
     print(json.dumps(to_json(desc), indent=2) if args.json else format_table(desc))
     return 0
+
+
+def _describe_with(path: str, group: str):
+    """``group`` described over the brokers and security of the pipeline file at ``path``."""
+    from pipelines.config import load_pipeline
+    from pipelines.runtime.membership import member_config_for
+
+    config = load_pipeline(path)
+    client = {k: v for k, v in config.kafka.confluent_config().items() if k != "bootstrap.servers"}
+    return describe_group(config.kafka.bootstrap_string, group, client,
+                          client_kwargs=member_config_for(config).client_kwargs)
 
 
 def _describe_pipeline(path: str, as_json: bool) -> int:

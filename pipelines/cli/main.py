@@ -19,6 +19,7 @@ EXIT_OK, EXIT_INTERRUPTED = 0, 130
 
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="scg", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a pipeline as one member of its consumer group")
     run.add_argument("file")
@@ -46,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     describe = sub.add_parser("describe", help="show a group's members, offsets and lag")
     describe.add_argument("group", nargs="?")
     describe.add_argument("--bootstrap", default="127.0.0.1:9092")
+    describe.add_argument("--config", metavar="FILE",
+                          help="reach the brokers as this pipeline file's kafka section says (security too)")
     describe.add_argument("--pipeline", help="describe the group and table of a pipeline file")
     describe.add_argument("--json", action="store_true")
     offsets = sub.add_parser("offsets", help="show or reset a pipeline's offsets (both tables and the group)")
@@ -60,6 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
     reset.add_argument("--force", action="store_true",
                        help="even while the group has members: fence them, remove them from the group")
     return parser
+
+
+def package_version() -> str:
+    """The installed version of spark-consumer-groups."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("spark-consumer-groups")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:

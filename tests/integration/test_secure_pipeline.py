@@ -281,3 +281,42 @@ def test_the_access_check_reports_an_unreachable_cluster_as_not_checked(tmp_path
     config = load_pipeline(_pipeline(tmp_path / "pipeline.yaml", {"bootstrap_servers": "127.0.0.1:9"},
                                      unique_name, unique_name))
     assert check_kafka_access(config.kafka, config.topics, config.group.id, timeout_s=3) is False
+
+
+@pytest.mark.parametrize("listener", ["sasl_ssl", "mtls"])
+def test_describe_reaches_a_secured_cluster_through_a_pipeline_files_kafka_section(listener, secure_kafka, tmp_path,
+                                                                                   unique_name, capsys):
+    """``scg describe GROUP --config FILE`` connects as the file says (SCRAM over TLS, mutual TLS);
+    the group need not be the file's."""
+    from types import SimpleNamespace
+
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    from pipelines.cli.describe_pipeline import describe_command
+
+    security = secure_kafka.security
+    topic, group = unique_name, f"{unique_name}-other"
+    create_topic(security.sasl_ssl_bootstrap, topic, 2, client=security.admin_config())
+    _grant_member_acls(secure_kafka, topic, group, topic_ops=("READ", "DESCRIBE"), group_ops=("READ", "DESCRIBE"))
+    admin = AdminClient(security.admin_config())
+
+    def committed() -> bool:  # a topic just created may not be known to the coordinator yet
+        done = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
+            group, [KafkaTopicPartition(topic, 1, 5)])])[group].result(timeout=30)
+        return all(tp.error is None for tp in done.topic_partitions)
+
+    wait_until(committed, 60, "the group's offset committed")
+    path = _pipeline(tmp_path / "pipeline.yaml", security.pipeline_kafka(listener), topic, unique_name)
+    args = SimpleNamespace(pipeline=None, group=group, config=str(path), bootstrap="127.0.0.1:9", json=True)
+    answers = []
+
+    def described() -> bool:  # the brokers apply new ACLs within moments: until then the fetch is empty
+        assert describe_command(args) == 0
+        answers.append(json.loads(capsys.readouterr().out))
+        return bool(answers[-1]["partitions"])
+
+    wait_until(described, 60, lambda: f"the group's committed offset described (last: {answers[-1:]})")
+    assert answers[-1]["group_id"] == group
+    assert [(p["topic"], p["partition"], p["committed"]) for p in answers[-1]["partitions"]] == [(topic, 1, 5)]

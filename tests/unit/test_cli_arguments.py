@@ -90,3 +90,14 @@ def test_headline_does_not_repeat_the_condition():
 
     assert Named("[NAMED] already tagged").headline() == "[NAMED] already tagged"
     assert Named("plain").headline() == "[NAMED] plain"
+
+
+def test_version_prints_the_installed_version_and_exits_0(capsys):
+    from importlib.metadata import version
+
+    from pipelines.cli.main import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"scg {version('spark-consumer-groups')}"
