@@ -36,9 +36,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from groupmgr.core import TopicPartition
-from pipelines.runtime.offset_reset import (RESET_METADATA, TIMESTAMP, LogUnknown, PartitionState, ResetIncomplete, ResetPlan,
-                                            build_plan, commit_info, members_text, parse_partitions, parse_target,
-                                            refuse_members, select_partitions)
+from pipelines.runtime.offset_reset import (RESET_METADATA, TIMESTAMP, LogUnknown, PartitionState, ResetIncomplete,
+                                            ResetPlan, build_plan, commit_info, members_text, parse_partitions,
+                                            parse_target, refuse_members, select_partitions)
 
 GROUP_TIMEOUT_S = 30.0
 LEAVE_REASON = "scg offsets reset --force"
@@ -162,7 +162,7 @@ def _reset(config, args, target, wanted) -> int:
         print(f"--force: fencing {members_text(view.members)}: their next batch is refused; they are "
               "removed from the group, rejoin and start from the new offsets")
     who = f"{getpass.getuser()}@{socket.gethostname()}"
-    written = _write_tables(view, plan, who, _command_text(args))
+    written = write_reset(view, plan, who, _command_text(args))
     for line in written:
         print(line)
     print(_move_group(config, plan, view.members, who, written))
@@ -178,9 +178,11 @@ def _offsets_at(probe, view: OffsetsView, timestamp_ms: int) -> dict[TopicPartit
     return found
 
 
-def _write_tables(view: OffsetsView, plan: ResetPlan, who: str, command: str) -> list[str]:
-    """Claim the plan's partitions in each existing table, then set their offsets in one commit
-    per table (output first); one line per table written."""
+def write_reset(view: OffsetsView, plan: ResetPlan, who: str, command: str) -> list[str]:
+    """Claim the plan's partitions in every existing table first (so no member writes them any
+    more), then set their offsets in one commit per table, output first (the topic IDs there
+    too); one line per table written. A failure before any table was written is raised as it
+    is (at most owner epochs moved); after one, ResetIncomplete names what was written."""
     tables = [(name, t) for name, t in (("output", view.table), ("dead-letter", view.dead_table)) if t is not None]
     partitions = list(plan.offsets)
     ids = {s.tp: s.topic_id for s in view.states if s.tp in plan.offsets and s.topic_id is not None}
@@ -203,7 +205,8 @@ def _write_tables(view: OffsetsView, plan: ResetPlan, who: str, command: str) ->
 
 def _move_group(config, plan: ResetPlan, members, who: str, written: list[str]) -> str:
     """Remove ``members`` from the group (``--force``), then commit the plan's offsets to it; the
-    line saying what the group got."""
+    line saying what the group got. Raises ResetIncomplete when a member could not be removed (it
+    would wait, fenced, for a rebalance) or the commit failed with no member in the way."""
     from groupmgr.coordinator_client import CoordinatorClient, KafkaTransport
     from groupmgr.generation import NO_GENERATION
     from groupmgr.group_errors import GroupError
@@ -212,25 +215,32 @@ def _move_group(config, plan: ResetPlan, members, who: str, written: list[str]) 
     from pipelines.runtime.membership import member_config_for
 
     member = member_config_for(config)
+    group = member.group_id
     transport = KafkaTransport(member.bootstrap_servers, "scg-offsets", member.client_kwargs)
-    client = CoordinatorClient(transport, member.group_id, request_timeout_ms=int(GROUP_TIMEOUT_S * 1000))
+    client = CoordinatorClient(transport, group, request_timeout_ms=int(GROUP_TIMEOUT_S * 1000))
     metadata = f"{RESET_METADATA}{who}"[:200]
+    done = "; ".join(written) or "no table exists"
     try:
-        transport.start(GROUP_TIMEOUT_S)
-        for member_id, instance, _ in members:
-            send_leave_group(client, member.group_id, member_id, instance, LEAVE_REASON, GROUP_TIMEOUT_S)
-        commit_offsets(client, member.group_id, NO_GENERATION, None,
-                       {tp: OffsetAndMetadata(to, metadata) for tp, to in plan.offsets.items()}, GROUP_TIMEOUT_S)
-    except GroupError as exc:
-        if members and written:
-            return (f"group {member.group_id}: offsets not committed ([{exc.condition}]: members rejoined "
-                    "first); the tables decide where they start, and their first batches commit the new offsets")
-        done = "; ".join(written) or "no table exists"
-        raise ResetIncomplete(f"{done}; the group {member.group_id}'s offsets were not committed: "
-                              f"[{exc.condition}] {exc}; run the same command again") from exc
+        try:
+            transport.start(GROUP_TIMEOUT_S)
+            for member_id, instance, _ in members:
+                send_leave_group(client, group, member_id, instance, LEAVE_REASON, GROUP_TIMEOUT_S)
+        except GroupError as exc:
+            raise ResetIncomplete(f"{done}; the members could not be removed from group {group} "
+                                  f"([{exc.condition}] {exc}): fenced, they wait for a rebalance; restart them "
+                                  "and run the same command again") from exc
+        try:
+            commit_offsets(client, group, NO_GENERATION, None,
+                           {tp: OffsetAndMetadata(to, metadata) for tp, to in plan.offsets.items()}, GROUP_TIMEOUT_S)
+        except GroupError as exc:
+            if members and written:
+                return (f"group {group}: offsets not committed ([{exc.condition}]: the members rejoined first); "
+                        "the tables decide where they start, and their first batches commit the new offsets")
+            raise ResetIncomplete(f"{done}; the group {group}'s offsets were not committed: "
+                                  f"[{exc.condition}] {exc}; run the same command again") from exc
     finally:
         client.close()
-    return f"group {member.group_id}: offsets committed"
+    return f"group {group}: offsets committed"
 
 
 def _command_text(args) -> str:
