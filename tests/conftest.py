@@ -2,15 +2,85 @@
 
 Both are session-scoped and started only by tests that ask for them, so ``pytest tests/unit``
 starts neither. Every test that needs its own topics creates them with unique names.
+
+Which tests are fast (``pytest --fast``, ``bin/test --fast``): those that start no JVM (no Kafka
+broker, no Spark, no s3proxy). Every test that uses a fixture starting one (``JVM_FIXTURES``) is
+marked ``integration`` here, and so is every test in tests/integration (tests/e2e: ``e2e``) unless
+its module is marked ``delta_only``; a test that starts a JVM some other way carries the marker
+itself. With ``--fast`` those marked ``integration`` or ``e2e`` are deselected, and a fast test
+that leaves a JVM running fails.
 """
 from __future__ import annotations
 
 import gc
+import os
 import uuid
+from pathlib import Path
 
 import pytest
 
 from pipelines.local.local_kafka import LocalKafka
+
+HERE = Path(__file__).resolve().parent
+# fixtures that start a JVM (here and in tests/integration/conftest.py), directly or through another
+JVM_FIXTURES = frozenset({"kafka_cluster", "bootstrap", "spark", "secure_kafka", "s3"})
+SLOW_DIRS = ((HERE / "integration", "integration"), (HERE / "e2e", "e2e"))
+SLOW_MARKERS = ("integration", "e2e")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fast", action="store_true",
+                     help="only the tests that start no JVM (no Kafka broker, no Spark): the unit tests and "
+                          "the Delta-only tests; a fast test that leaves a JVM running fails")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by these markers
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if JVM_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.integration)
+        for folder, marker in SLOW_DIRS:
+            if item.path.resolve().is_relative_to(folder) and not item.get_closest_marker("delta_only"):
+                item.add_marker(marker)
+    if config.getoption("fast"):
+        slow = {item for item in items if any(item.get_closest_marker(m) for m in SLOW_MARKERS)}
+        if slow:
+            config.hook.pytest_deselected(items=[item for item in items if item in slow])
+            items[:] = [item for item in items if item not in slow]
+
+
+def _java_processes() -> set[int]:
+    """Ids of the java processes among this process's descendants (Linux /proc)."""
+    found: set[int] = set()
+    pending = [os.getpid()]
+    while pending:
+        pid = pending.pop()
+        try:
+            children = [int(c) for task in os.listdir(f"/proc/{pid}/task")
+                        for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+        except OSError:  # ended meanwhile
+            continue
+        for child in children:
+            try:
+                if Path(f"/proc/{child}/comm").read_text().strip() == "java":
+                    found.add(child)
+            except OSError:
+                continue
+            pending.append(child)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_start_no_jvm(request):
+    """With ``--fast``: a test that leaves a JVM running it did not find fails (mark it ``integration``)."""
+    if not request.config.getoption("fast"):
+        yield
+        return
+    before = _java_processes()
+    yield
+    started = _java_processes() - before
+    if started:
+        pytest.fail(f"this fast test started a JVM (pid {sorted(started)}): mark it integration", pytrace=False)
 
 
 @pytest.fixture(scope="session")

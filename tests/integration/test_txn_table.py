@@ -12,7 +12,7 @@ from groupmgr.core import TopicPartition
 from groupmgr.core import OffsetRange
 from sinks.txn_table import FencedWriterError, OffsetGapError, TxnDeltaTable, read_recorded_offsets
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.delta_only  # the delta-spark test is integration: it uses the spark fixture
 SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                     ("v", pa.string())])
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
