@@ -117,6 +117,11 @@ class ReaderMode(abc.ABC):
 
     # -- the running query ----------------------------------------------------------------------
     @property
+    def owned(self) -> OwnedPartitions:
+        """The member's partitions this query reads from (claims, checks, stopped ones)."""
+        return self.ctx.owned
+
+    @property
     def gate(self) -> BatchGate | None:
         """The running query's batch boundary (its batch writer's gate)."""
         return self.writer.gate if self.writer is not None else None

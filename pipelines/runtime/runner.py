@@ -93,7 +93,7 @@ class PipelineRunner:
                                           clock, self._retrying)
         self.member = member_factory(config, self)
         self.reader = reader_factory(self.member, self._on_batch, self._lock)
-        self.owned: OwnedPartitions = self.reader.ctx.owned
+        self.owned: OwnedPartitions = self.reader.owned
 
     @classmethod
     def open(cls, config: PipelineSpec, spark, member_factory: MemberFactory | None = None,
@@ -137,6 +137,8 @@ class PipelineRunner:
         the running query: no pause, no cancelled batch. A running query reads a subset of
         ``partitions`` (the member revokes before it assigns); one that does not stops reading
         the others here, before the member goes on."""
+        if self.metrics is not None:
+            self.metrics.assigned(getattr(generation, "generation_id", generation))
         with self._lock:
             partitions = tuple(sorted(partitions))
             self._generation = generation
@@ -151,8 +153,6 @@ class PipelineRunner:
             self.progress.assigned(generation, self.owned.partitions)
             self.supervisor.assigned(bool(partitions))
             self._wake.set()
-        if self.metrics is not None:
-            self.metrics.assigned(getattr(generation, "generation_id", generation))
 
     def on_revoked(self, partitions) -> None:
         """Stop writing ``partitions`` (all owned ones in an eager rebalance, only those that leave

@@ -51,7 +51,7 @@ class Harness:
     """A PipelineRunner over a scripted reader: ``starts`` scripts what each start of the query
     does (an exception to raise, or a query to install)."""
 
-    def __init__(self, *starts, watch=None, warm_up_does=lambda: None):
+    def __init__(self, *starts, watch=None, warm_up_does=lambda: None, metrics=None):
         self.lines: list[str] = []
         self.clock, self.member, self.commits = FakeClock(), Member(), CommitRecorder()
         self.owned = owned_partitions(self.lines, self.clock, self.commits, checks=every_partition_runs)
@@ -63,7 +63,7 @@ class Harness:
 
         probe = SimpleNamespace(close=lambda: None, latest=lambda partitions: {})
         self.runner = PipelineRunner(CONFIG, lambda config, listener: self.member, reader_factory, probe,
-                                     ProgressPrinter(self.lines.append), watch, self.clock)
+                                     ProgressPrinter(self.lines.append), watch, self.clock, metrics)
 
     def assign(self, generation, partitions) -> QueryState:
         """The member's ``on_assigned`` (which only records the assignment), then the main
@@ -352,3 +352,19 @@ def test_the_main_loop_sees_a_stop_without_waiting_out_its_poll(monkeypatch):
     stop.set()
     assert returned.wait(10)
     assert h.member.calls == ["start", "close"]
+
+
+def test_every_assignment_counts_as_a_rebalance_and_restarts_count_by_condition():
+    from prometheus_client import generate_latest
+
+    from pipelines.runtime.metrics import MemberMetrics
+
+    metrics = MemberMetrics("p", "g", "m")
+    h = Harness(fenced_epoch(), metrics=metrics)
+    h.assign(1, TPS)
+    h.due()
+    h.runner.on_assigned(2, TPS)  # unchanged: the query keeps running, still a rebalance
+    text = generate_latest(metrics.registry).decode()
+    assert 'scg_rebalances_total{group="g",member="m",pipeline="p"} 2.0' in text
+    assert 'scg_member_generation{group="g",member="m",pipeline="p"} 2.0' in text
+    assert 'scg_query_restarts_total{group="g",member="m",pipeline="p",reason="FENCED_LEADER_EPOCH"} 1.0' in text
