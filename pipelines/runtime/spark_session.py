@@ -53,7 +53,15 @@ DELTA_SETTINGS = {
 LOCAL_DEFAULTS = {
     "spark.master": "local[*]",
     "spark.sql.shuffle.partitions": "4",
-    "spark.ui.enabled": "false",
+    # the Spark UI stays on (a pipeline's spark section may turn it off), with the status it keeps
+    # bounded for a driver that runs micro-batches for weeks
+    "spark.ui.enabled": "true",
+    "spark.ui.retainedJobs": "200",
+    "spark.ui.retainedStages": "200",
+    "spark.ui.retainedTasks": "20000",
+    "spark.sql.ui.retainedExecutions": "100",
+    "spark.sql.streaming.ui.retainedQueries": "20",
+    "spark.sql.streaming.ui.retainedProgressUpdates": "100",
     "spark.ui.showConsoleProgress": "false",
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.driver.host": "127.0.0.1",
