@@ -1,23 +1,29 @@
 """Validation primitives shared by the config validators.
 
 Holds the context every check carries (:class:`Ctx`: file name, base directory, env, assignor
-lookup), :class:`Section` (a YAML mapping whose unknown keys are rejected on opening), the
-scalar parsers (``as_*``), and the readers for ``${ENV}``/``*_file`` secrets and string->string
-settings maps. Each raises a :class:`~pipelines.config.yaml_nodes.ConfigError` on the first problem.
+lookup, and the problems recorded so far), :class:`Section` (a YAML mapping whose unknown keys
+are recorded on opening), the scalar parsers (``as_*``), and the readers for ``${ENV}``/``*_file``
+secrets and string->string settings maps.
+
+A parser raises a :class:`~pipelines.config.yaml_nodes.ConfigError` on its first problem; a
+validator runs independent checks through :meth:`Ctx.attempt`, which records that problem and
+goes on, so one run reports every problem of a file. A check that cannot go on because of a
+problem already recorded raises :class:`Abandoned` (it reports nothing more).
 """
 from __future__ import annotations
 
 import difflib
 import os
 import re
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, NoReturn, Sequence
+from typing import Any, Callable, Iterator, Mapping, NoReturn, Sequence, TypeVar
 
 from groupmgr.assignors import get_assignor
 from pipelines.config.yaml_nodes import Condition as C
-from pipelines.config.yaml_nodes import ConfigError, Node, child_path
+from pipelines.config.yaml_nodes import ConfigError, ConfigErrors, Node, child_path
 from pipelines.config.secrets import (Secret, SecretError, env_secret, file_secret, interpolate,
                                is_secret_key)
 
@@ -27,6 +33,21 @@ _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")  # s3a://..., file:/..., abfss://...
 
 AssignorLookup = Callable[[str], str]
+T = TypeVar("T")
+
+
+class Abandoned(Exception):
+    """A check stops because of a problem already recorded: it reports nothing more, so one cause
+    is reported once. Only :meth:`Ctx.attempt` catches it."""
+
+
+class Problems:
+    """What one validation found so far: each problem once, in the order found, and how many
+    checks failed (a check that recorded a problem or was abandoned)."""
+
+    def __init__(self) -> None:
+        self.found: list[ConfigError] = []
+        self.failures = 0
 
 
 def default_assignor_lookup(name: str) -> str:
@@ -36,15 +57,67 @@ def default_assignor_lookup(name: str) -> str:
 
 @dataclass(frozen=True)
 class Ctx:
-    """What every check needs: the file for messages, its directory, env, assignor lookup."""
+    """What every check needs: the file for messages, its directory, env, assignor lookup, and
+    the problems recorded so far in this validation (each one once)."""
 
     file: str
     base_dir: Path
     env: Mapping[str, str]
     assignor_lookup: AssignorLookup = default_assignor_lookup
+    problems: Problems = field(default_factory=Problems, compare=False, repr=False)
 
     def fail(self, line: int, path: str, condition: C, detail: str, /, **params: Any) -> NoReturn:
+        """Stop the check with this problem."""
         raise ConfigError(self.file, line, path, condition, detail, **params)
+
+    def report(self, line: int, path: str, condition: C, detail: str, /, **params: Any) -> None:
+        """Record this problem and go on (for problems that make nothing else wrong)."""
+        self.record(ConfigError(self.file, line, path, condition, detail, **params))
+
+    def record(self, error: ConfigError) -> None:
+        """Record the problems of ``error`` (one already recorded is not recorded again)."""
+        self.problems.failures += 1
+        for problem in error.errors:
+            if not any(_same(problem, seen) for seen in self.problems.found):
+                self.problems.found.append(problem)
+
+    def attempt(self, check: Callable[..., T], /, *args: Any, **kwargs: Any) -> T | None:
+        """``check(self, *args, **kwargs)``; when it fails, its problem is recorded and the result
+        is None, so the checks of other fields go on. A None result from a check that failed
+        always leaves a problem recorded."""
+        try:
+            return check(self, *args, **kwargs)
+        except ConfigError as exc:
+            self.record(exc)
+        except Abandoned:
+            self.problems.failures += 1
+        return None
+
+    @contextmanager
+    def independent(self) -> Iterator[None]:
+        """A block of checks on independent fields (each run through :meth:`attempt`): all of them
+        run; leaving the block raises :class:`Abandoned` when one failed or a problem was
+        reported inside, so the checks after it, which combine those fields, never see a bad one."""
+        before = self.problems.failures
+        yield
+        if self.problems.failures > before:
+            raise Abandoned
+
+    def raise_problems(self) -> None:
+        """Raise every problem recorded, in file order, as one ConfigError (if there is any)."""
+        if self.problems.found:
+            raise ConfigErrors.of(self.problems.found)
+
+
+def required(ctx: Ctx, sec: "Section", key: str, parse: Callable[..., T], /, *args: Any, hint: str = "") -> T:
+    """``parse(ctx, node, path, *args)`` on the required ``key`` of ``sec`` (a check for
+    :meth:`Ctx.attempt`, so a missing key is recorded like a bad one)."""
+    return parse(ctx, sec.need(key, hint), sec.sub(key), *args)
+
+
+def _same(one: ConfigError, other: ConfigError) -> bool:
+    return (one.line, one.field_path, one.condition, one.detail) == (
+        other.line, other.field_path, other.condition, other.detail)
 
 
 def _describe(node: Node) -> str:
@@ -68,22 +141,27 @@ def wrong_type(ctx: Ctx, node: Node, path: str, expected: str, show: bool = True
 
 
 class Section:
-    """One YAML mapping under validation: unknown keys are rejected when it is opened."""
+    """One YAML mapping under validation: each unknown key is recorded when it is opened (the
+    other keys are still read). A required key whose misspelling was recorded as unknown (with
+    it as the suggestion) is not reported missing again: :meth:`need` abandons the check."""
 
     def __init__(self, ctx: Ctx, node: Node, path: str, allowed: Sequence[str]) -> None:
         if node.kind != "map":
             wrong_type(ctx, node, path, "a mapping")
         self.ctx, self.node, self.path = ctx, node, path
+        self.misspelt: set[str] = set()
         for key, child in node.items():
             if key not in allowed:
                 self._unknown(key, child, allowed)
 
-    def _unknown(self, key: str, child: Node, allowed: Sequence[str]) -> NoReturn:
+    def _unknown(self, key: str, child: Node, allowed: Sequence[str]) -> None:
         hint = suggest(key, allowed)
         detail = f"unknown key {key!r}" + (f" (did you mean {hint!r}?)" if hint
                                             else f"; valid keys: {', '.join(allowed)}")
-        self.ctx.fail(child.line, child_path(self.path, key), C.UNKNOWN_KEY, detail,
-                      key=key, suggestion=hint, allowed=tuple(allowed))
+        self.ctx.report(child.line, child_path(self.path, key), C.UNKNOWN_KEY, detail,
+                        key=key, suggestion=hint, allowed=tuple(allowed))
+        if hint is not None:
+            self.misspelt.add(hint)
 
     @property
     def line(self) -> int:
@@ -99,6 +177,8 @@ class Section:
 
     def need(self, key: str, hint: str = "") -> Node:
         node = self.node.value.get(key)
+        if node is None and key in self.misspelt:
+            raise Abandoned  # reported as the unknown key that misspells it
         if node is None or node.is_null:
             line = self.line if node is None else node.line
             self.ctx.fail(line, self.sub(key), C.MISSING_FIELD,
@@ -248,12 +328,16 @@ def settings_map(ctx: Ctx, node: Node | None, path: str) -> Mapping[str, str | S
     if node.kind != "map":
         wrong_type(ctx, node, path, "a mapping of setting -> value")
     result: dict[str, str | Secret] = {}
-    for key, value in node.items():
-        key_path = child_path(path, key)
-        if not _CLIENT_KEY.fullmatch(key):
-            ctx.fail(value.line, key_path, C.BAD_VALUE, f"bad setting name {key!r}", key=key)
-        result[key] = _setting_value(ctx, key, value, key_path)
+    with ctx.independent():  # every bad entry is reported
+        for key, value in node.items():
+            result[key] = ctx.attempt(_setting, key, value, child_path(path, key))
     return MappingProxyType(result)
+
+
+def _setting(ctx: Ctx, key: str, node: Node, path: str) -> str | Secret:
+    if not _CLIENT_KEY.fullmatch(key):
+        ctx.fail(node.line, path, C.BAD_VALUE, f"bad setting name {key!r}", key=key)
+    return _setting_value(ctx, key, node, path)
 
 
 def _setting_value(ctx: Ctx, key: str, node: Node, path: str) -> str | Secret:

@@ -13,7 +13,8 @@ from pipelines.config.yaml_nodes import ConfigError, load_yaml
 
 
 def load_pipeline(path: str | Path, env: Mapping[str, str] | None = None) -> PipelineConfig:
-    """Load and validate the pipeline spec at ``path``; raises :class:`ConfigError`.
+    """Load and validate the pipeline spec at ``path``; raises :class:`ConfigError` (a
+    :class:`~pipelines.config.yaml_nodes.ConfigErrors` holding each problem when there are several).
 
     ``env`` (default ``os.environ``) resolves ``${NAME}`` references.
     """
@@ -22,7 +23,8 @@ def load_pipeline(path: str | Path, env: Mapping[str, str] | None = None) -> Pip
 
 
 def main_validate(path: str | Path, show: bool = False) -> int:
-    """``scg validate FILE``: "OK <summary>" on stdout (exit 0) or one error line on stderr (exit 2).
+    """``scg validate FILE``: "OK <summary>" on stdout (exit 0), or on stderr one line per problem
+    of the file, in file order (exit 2).
 
     A file with a ``transform:`` is also analysed as ``scg run`` would (a local Spark session; see
     :mod:`pipelines.config.output_check`). With ``show`` the masked config is printed as JSON too.
@@ -33,7 +35,8 @@ def main_validate(path: str | Path, show: bool = False) -> int:
         config = load_pipeline(path)
         check_output(config, path)
     except ConfigError as exc:
-        print(exc.headline(), file=sys.stderr)
+        for error in exc.errors:
+            print(error.headline(), file=sys.stderr)
         return 2
     print(f"OK {config.summary()}")
     if show:

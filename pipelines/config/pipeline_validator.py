@@ -7,9 +7,15 @@ them to executors inline), ``kafka.client_config`` entries (offered to a librdka
 that has no brokers, which refuses unknown names and bad values) and assignor names (``groupmgr.assignors.get_assignor``, which may
 import a plug-in module).
 
-Rules: every mapping rejects unknown keys first (with a did-you-mean suggestion), then
-fields are read in document order of the schema. The first problem raises a
-:class:`~pipelines.config.yaml_nodes.ConfigError`; a missing field reports the line of its
+Rules: every mapping reports its unknown keys first (with a did-you-mean suggestion), then
+fields are read in document order of the schema. A problem is recorded and validation goes on:
+every section is checked, and within one every field that does not depend on another (a
+field's own checks stop at its first problem). At the end every problem is raised at once, in
+file order, as one :class:`~pipelines.config.yaml_nodes.ConfigError` (a
+:class:`~pipelines.config.yaml_nodes.ConfigErrors` when there are several). A check that
+combines fields (``sink`` with ``format``, a section's cross-field rules, the checks across
+sections) runs only when those fields are good, and a required key misspelt is reported as the
+unknown key only, so one cause is reported once. A missing field reports the line of its
 parent mapping (the line of the key that opens it, e.g. ``group:``; the first key's line
 for the top level), anything else the line of the offending key or list item. Explicit
 ``null`` means "not given".
@@ -26,14 +32,14 @@ from typing import Any, Mapping
 from groupmgr.assignors.assignor_errors import AssignorError, UnknownAssignorError
 from pipelines.config.model import (DEFAULT_MAX_OFFSETS_PER_TRIGGER, DEFAULT_WARM_UP_LIMIT_MS,
                                     JAVA_ONLY_CLIENT_PREFIXES, KAFKA_COORDINATE_COLUMNS, FormatConfig,
-                                    GroupConfig, KafkaConfig, MetricsConfig, PipelineConfig, SecurityConfig, SinkConfig,
-                                    SourceConfig, StorageConfig, TriggerConfig, UNSAFE_STORAGE_OPTIONS,
-                                    is_java_only_client_setting)
+                                    GroupConfig, KafkaConfig, MetricsConfig, PipelineConfig, SchemaField,
+                                    SecurityConfig, SinkConfig, SourceConfig, StorageConfig, TriggerConfig,
+                                    UNSAFE_STORAGE_OPTIONS, is_java_only_client_setting)
 from pipelines.config.secrets import reveal
 from pipelines.config.fields import (AssignorLookup, Ctx, Section, as_bool, as_duration_ms, as_enum,
                                      as_env_str, as_list, as_location, as_positive_int, as_str,
-                                     default_assignor_lookup, read_secret, resolve_location, settings_map,
-                                     suggest, unique, wrong_type)
+                                     default_assignor_lookup, read_secret, required, resolve_location,
+                                     settings_map, suggest, unique, wrong_type)
 from pipelines.config.yaml_nodes import Condition as C
 from pipelines.config.yaml_nodes import Node, child_path
 from pipelines.config.schema import parse_schema
@@ -94,76 +100,98 @@ RESERVED_CLIENT_KEYS = {
 
 def validate_pipeline(root: Node | None, file: str, source_file: Path, env: Mapping[str, str],
                       assignor_lookup: AssignorLookup = default_assignor_lookup) -> PipelineConfig:
-    """Validate a loaded document; ``file`` names it in errors, relative paths resolve next to it."""
+    """Validate a loaded document; ``file`` names it in errors, relative paths resolve next to it.
+
+    Raises one ConfigError holding every problem found (see the module's rules); returns a config
+    only when there is none, so no part of it is a placeholder for a bad section."""
     ctx = Ctx(file, source_file.parent, env, assignor_lookup)
     if root is None:
         ctx.fail(1, "", C.WRONG_TYPE, "file is empty; expected a mapping (name, kafka, topics, group, format, sink)")
     top = Section(ctx, root, "", TOP_KEYS)
-    name = _name(ctx, top)
-    kafka = _kafka(ctx, top)
-    topics, pattern = _subscription(ctx, top)
-    top.need("group")
-    group = _group(ctx, top.section("group", GROUP_KEYS))
-    source = _source(ctx, top.section("source", SOURCE_KEYS))
-    fmt = _format(ctx, top)
-    transform = _transform(ctx, top)
-    sink = _sink(ctx, top, fmt, transform)
-    trigger = _trigger(ctx, top.section("trigger", TRIGGER_KEYS))
-    _check_reader_trigger(ctx, top, source, trigger)
-    _check_reader_warm_up(ctx, top, source)
-    _check_field_names(ctx, top, source, fmt)
-    checkpoint_root = _checkpoint_root(ctx, top, sink)
-    spark = settings_map(ctx, top.get("spark"), "spark")
-    storage = _storage(ctx, top.section("storage", STORAGE_KEYS))
-    _check_storage_not_in_spark(ctx, top, spark, storage)
-    metrics = _metrics(ctx, top.section("metrics", METRICS_KEYS))
+    attempt = ctx.attempt  # each section on its own: None when it is bad (its problems recorded)
+    name = attempt(_name, top)
+    kafka = attempt(_kafka, top)
+    subscription = attempt(_subscription, top)
+    group = attempt(_group, top)
+    source = attempt(_source, top)
+    fmt = attempt(_format, top)
+    transform = attempt(_transform, top)
+    sink = attempt(_sink, top, _known_columns(top, fmt))
+    trigger = attempt(_trigger, top)
+    if source is not None and trigger is not None:
+        attempt(_check_reader_trigger, top, source, trigger)
+    if source is not None:
+        attempt(_check_reader_warm_up, top, source)
+    if fmt is not None:
+        attempt(_check_field_names, top, source, fmt)
+    checkpoint_root = attempt(_checkpoint_root, top, sink)
+    spark = attempt(settings_map, top.get("spark"), "spark")
+    storage = attempt(_storage, top)
+    if storage is not None:
+        attempt(_check_storage_not_in_spark, top, storage)
+    metrics = attempt(_metrics, top)
+    ctx.raise_problems()
+    topics, pattern = subscription
     return PipelineConfig(name=name, kafka=kafka, topics=topics, topic_pattern=pattern, group=group,
                           source=source, format=fmt, transform=transform, sink=sink, trigger=trigger,
                           checkpoint_root=checkpoint_root, spark=spark, storage=storage, metrics=metrics,
                           source_file=source_file)
 
 
-def _storage(ctx: Ctx, sec: Section) -> StorageConfig:
-    get = sec.get
-    endpoint = as_env_str(ctx, get("endpoint"), sec.sub("endpoint")).strip() if get("endpoint") else None
-    if endpoint is not None and not _ENDPOINT.fullmatch(endpoint):
-        ctx.fail(get("endpoint").line, sec.sub("endpoint"), C.BAD_VALUE,
-                 f"{endpoint!r} is not an http(s)://host[:port] URL", value=endpoint)
-    region = as_env_str(ctx, get("region"), sec.sub("region")).strip() if get("region") else None
-    key_id = as_env_str(ctx, get("access_key_id"), sec.sub("access_key_id")).strip() \
-        if get("access_key_id") else None
-    secret = read_secret(ctx, sec, "secret_access_key", required=key_id is not None)
+def _storage(ctx: Ctx, top: Section) -> StorageConfig:
+    sec = top.section("storage", STORAGE_KEYS)
+    get, attempt = sec.get, ctx.attempt
+    with ctx.independent():
+        endpoint = attempt(_endpoint, get("endpoint"), sec.sub("endpoint")) if get("endpoint") else None
+        region = attempt(_env_text, get("region"), sec.sub("region")) if get("region") else None
+        key_id = attempt(_env_text, get("access_key_id"), sec.sub("access_key_id")) if get("access_key_id") else None
+        secret = attempt(read_secret, sec, "secret_access_key", required=get("access_key_id") is not None)
+        token = attempt(read_secret, sec, "session_token", required=False)
+        path_style = attempt(as_bool, get("path_style"), sec.sub("path_style")) \
+            if get("path_style") is not None else get("endpoint") is not None
+        options = attempt(_storage_options, sec)
     if secret is not None and key_id is None:
         ctx.fail(*sec.line_of("secret_access_key", "secret_access_key_file"), C.CONFLICTING_FIELDS,
                  "secret_access_key needs access_key_id", fields=("secret_access_key", "access_key_id"))
-    token = read_secret(ctx, sec, "session_token", required=False)
     if token is not None and key_id is None:
         ctx.fail(*sec.line_of("session_token", "session_token_file"), C.CONFLICTING_FIELDS,
                  "session_token needs access_key_id", fields=("session_token", "access_key_id"))
-    path_style = as_bool(ctx, get("path_style"), sec.sub("path_style")) if get("path_style") is not None \
-        else endpoint is not None
-    options = settings_map(ctx, get("options"), sec.sub("options"))
-    for key, node in (get("options").items() if get("options") is not None else ()):
-        refused = UNSAFE_STORAGE_OPTIONS.get(key.lower(), ())
-        value = options[key] if isinstance(options[key], str) else ""
-        if key.lower() in UNSAFE_STORAGE_OPTIONS and (refused is None or value.lower() in refused):
-            ctx.fail(node.line, child_path(sec.sub("options"), key), C.UNSAFE_STORAGE_OPTION,
-                     f"{key}: {value or '...'} would let two members' Delta commits overwrite each "
-                     "other; remove it: deltalake commits to S3 with put-if-absent (If-None-Match), "
-                     "which AWS S3, MinIO and other S3-compatible stores support", option=key)
     return StorageConfig(endpoint=endpoint, region=region, access_key_id=key_id, secret_access_key=secret,
                          session_token=token, path_style=path_style, options=options)
 
 
-def _check_storage_not_in_spark(ctx: Ctx, top: Section, spark: Mapping[str, Any],
-                                storage: StorageConfig) -> None:
+def _env_text(ctx: Ctx, node: Node, path: str) -> str:
+    return as_env_str(ctx, node, path).strip()
+
+
+def _endpoint(ctx: Ctx, node: Node, path: str) -> str:
+    endpoint = _env_text(ctx, node, path)
+    if not _ENDPOINT.fullmatch(endpoint):
+        ctx.fail(node.line, path, C.BAD_VALUE, f"{endpoint!r} is not an http(s)://host[:port] URL", value=endpoint)
+    return endpoint
+
+
+def _storage_options(ctx: Ctx, sec: Section) -> Mapping[str, Any]:
+    options = settings_map(ctx, sec.get("options"), sec.sub("options"))
+    for key, node in (sec.get("options").items() if sec.get("options") is not None else ()):
+        refused = UNSAFE_STORAGE_OPTIONS.get(key.lower(), ())
+        value = options[key] if isinstance(options[key], str) else ""
+        if key.lower() in UNSAFE_STORAGE_OPTIONS and (refused is None or value.lower() in refused):
+            ctx.report(node.line, child_path(sec.sub("options"), key), C.UNSAFE_STORAGE_OPTION,
+                       f"{key}: {value or '...'} would let two members' Delta commits overwrite each "
+                       "other; remove it: deltalake commits to S3 with put-if-absent (If-None-Match), "
+                       "which AWS S3, MinIO and other S3-compatible stores support", option=key)
+    return options
+
+
+def _check_storage_not_in_spark(ctx: Ctx, top: Section, storage: StorageConfig) -> None:
     """Object-store settings live in one place: with a storage section, spark.hadoop.fs.s3a.* is refused."""
     derived = {f"spark.hadoop.{key}" for key in storage.hadoop_settings()}
     node = top.get("spark")
     for key, child in (node.items() if node is not None else ()):
         if key in derived:
-            ctx.fail(child.line, child_path("spark", key), C.CONFLICTING_FIELDS,
-                     f"{key} is derived from the storage section; set it there", fields=(key, "storage"))
+            ctx.report(child.line, child_path("spark", key), C.CONFLICTING_FIELDS,
+                       f"{key} is derived from the storage section; set it there", fields=(key, "storage"))
 
 
 def _name(ctx: Ctx, top: Section) -> str:
@@ -178,12 +206,22 @@ def _name(ctx: Ctx, top: Section) -> str:
 def _kafka(ctx: Ctx, top: Section) -> KafkaConfig:
     top.need("kafka")
     sec = top.section("kafka", KAFKA_KEYS)
-    servers = _bootstrap(ctx, sec.need("bootstrap_servers"), sec.sub("bootstrap_servers"))
-    security = _security(ctx, sec.section("security", SECURITY_KEYS)) if sec.get("security") else SecurityConfig()
-    _check_client_config(ctx, sec.get("client_config"), sec.sub("client_config"), security)
-    client_config = settings_map(ctx, sec.get("client_config"), sec.sub("client_config"))
-    _check_librdkafka_accepts(ctx, sec.get("client_config"), sec.sub("client_config"), client_config)
+    with ctx.independent():
+        servers = ctx.attempt(required, sec, "bootstrap_servers", _bootstrap)
+        security = ctx.attempt(_security, sec) if sec.get("security") else SecurityConfig()
+        # a bad security section hides only the sasl.jaas.config check, never adds an error
+        client_config = ctx.attempt(_client_config, sec, security or SecurityConfig())
     return KafkaConfig(bootstrap_servers=servers, security=security, client_config=client_config)
+
+
+def _client_config(ctx: Ctx, sec: Section, security: SecurityConfig) -> Mapping[str, Any]:
+    """Every entry reserved for another field, bad or refused by librdkafka is reported (a
+    reserved one is not offered to librdkafka too)."""
+    node, path = sec.get("client_config"), sec.sub("client_config")
+    reserved = _check_client_config(ctx, node, path, security)
+    settings = settings_map(ctx, node, path)
+    _check_librdkafka_accepts(ctx, node, path, {key: value for key, value in settings.items() if key not in reserved})
+    return settings
 
 
 def _bootstrap(ctx: Ctx, node: Node, path: str) -> tuple[str, ...]:
@@ -201,37 +239,42 @@ def _bootstrap(ctx: Ctx, node: Node, path: str) -> tuple[str, ...]:
     return tuple(server for _, _, server in items)
 
 
-def _security(ctx: Ctx, sec: Section) -> SecurityConfig:
+def _security(ctx: Ctx, kafka: Section) -> SecurityConfig:
+    """The protocol decides which other keys apply: when it is bad, they are not checked."""
+    sec = kafka.section("security", SECURITY_KEYS)
     protocol = as_enum(ctx, sec.need("protocol"), sec.sub("protocol"), PROTOCOLS)
-    sasl = _sasl(ctx, sec) if protocol.startswith("SASL_") else _forbid(ctx, sec, "sasl_", protocol)
-    ssl = _ssl(ctx, sec) if protocol.endswith("SSL") else _forbid(ctx, sec, "ssl_", protocol)
+    with ctx.independent():
+        sasl = ctx.attempt(_sasl, sec) if protocol.startswith("SASL_") else ctx.attempt(_forbid, sec, "sasl_", protocol)
+        ssl = ctx.attempt(_ssl, sec) if protocol.endswith("SSL") else ctx.attempt(_forbid, sec, "ssl_", protocol)
     return SecurityConfig(protocol=protocol, **sasl, **ssl)
 
 
 def _forbid(ctx: Ctx, sec: Section, prefix: str, protocol: str) -> dict[str, Any]:
     for key, node in sec.node.items():
         if key.startswith(prefix) and not node.is_null:
-            ctx.fail(node.line, sec.sub(key), C.CONFLICTING_FIELDS,
-                     f"{key} has no effect with protocol {protocol}", fields=(key, "protocol"))
+            ctx.report(node.line, sec.sub(key), C.CONFLICTING_FIELDS,
+                       f"{key} has no effect with protocol {protocol}", fields=(key, "protocol"))
     return {}
 
 
 def _sasl(ctx: Ctx, sec: Section) -> dict[str, Any]:
-    mechanism = as_enum(ctx, sec.need("sasl_mechanism"), sec.sub("sasl_mechanism"), SASL_MECHANISMS)
-    username = as_env_str(ctx, sec.need("sasl_username"), sec.sub("sasl_username"))
-    password = read_secret(ctx, sec, "sasl_password", required=True)
+    with ctx.independent():
+        mechanism = ctx.attempt(required, sec, "sasl_mechanism", as_enum, SASL_MECHANISMS)
+        username = ctx.attempt(required, sec, "sasl_username", as_env_str)
+        password = ctx.attempt(read_secret, sec, "sasl_password", required=True)
     return {"sasl_mechanism": mechanism, "sasl_username": username, "sasl_password": password}
 
 
 def _ssl(ctx: Ctx, sec: Section) -> dict[str, Any]:
-    paths = {key: _pem_file(ctx, sec.get(key), sec.sub(key)) if sec.get(key) else None
-             for key in ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")}
+    with ctx.independent():
+        paths = {key: ctx.attempt(_pem_file, sec.get(key), sec.sub(key)) if sec.get(key) else None
+                 for key in ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")}
+        key_password = ctx.attempt(read_secret, sec, "ssl_key_password", required=False)
     if (paths["ssl_certificate_location"] is None) != (paths["ssl_key_location"] is None):
         line, path = sec.line_of("ssl_certificate_location", "ssl_key_location")
         ctx.fail(line, path, C.CONFLICTING_FIELDS,
                  "ssl_certificate_location and ssl_key_location must be given together",
                  fields=("ssl_certificate_location", "ssl_key_location"))
-    key_password = read_secret(ctx, sec, "ssl_key_password", required=False)
     if key_password is not None and paths["ssl_key_location"] is None:
         line, path = sec.line_of("ssl_key_password", "ssl_key_password_file")
         ctx.fail(line, path, C.CONFLICTING_FIELDS, "ssl_key_password needs ssl_key_location",
@@ -257,14 +300,18 @@ def _pem_file(ctx: Ctx, node: Node, path: str) -> str:
     return location
 
 
-def _check_client_config(ctx: Ctx, node: Node | None, path: str, security: SecurityConfig) -> None:
+def _check_client_config(ctx: Ctx, node: Node | None, path: str, security: SecurityConfig) -> set[str]:
+    """Reports every key a first-class field (or the framework) sets; returns them."""
+    reserved = set()
     for key, value in node.items() if node is not None else ():
         owner = RESERVED_CLIENT_KEYS.get(key)
         if owner is None and key == "sasl.jaas.config" and security.uses_sasl:
             owner = "kafka.security (the JAAS config is built from it)"
         if owner is not None:
-            ctx.fail(value.line, child_path(path, key), C.CONFLICTING_FIELDS,
-                     f"{key!r} is set by {owner}; remove it from client_config", key=key, owner=owner)
+            ctx.report(value.line, child_path(path, key), C.CONFLICTING_FIELDS,
+                       f"{key!r} is set by {owner}; remove it from client_config", key=key, owner=owner)
+            reserved.add(key)
+    return reserved
 
 
 def _check_librdkafka_accepts(ctx: Ctx, node: Node | None, path: str, settings: Mapping[str, Any]) -> None:
@@ -278,11 +325,11 @@ def _check_librdkafka_accepts(ctx: Ctx, node: Node | None, path: str, settings: 
             continue
         refusal = _librdkafka_refusal(key, reveal(value))
         if refusal is not None:
-            ctx.fail(dict(node.items())[key].line if node is not None else 0, child_path(path, key),
-                     C.UNKNOWN_CLIENT_SETTING,
-                     f"confluent-kafka (librdkafka) refuses {key!r}: {refusal}; client_config settings go to "
-                     "every client (Java-client-only ones, which go to Spark only: "
-                     f"{', '.join(JAVA_ONLY_CLIENT_PREFIXES)})", key=key)
+            ctx.report(dict(node.items())[key].line if node is not None else 0, child_path(path, key),
+                       C.UNKNOWN_CLIENT_SETTING,
+                       f"confluent-kafka (librdkafka) refuses {key!r}: {refusal}; client_config settings go to "
+                       "every client (Java-client-only ones, which go to Spark only: "
+                       f"{', '.join(JAVA_ONLY_CLIENT_PREFIXES)})", key=key)
 
 
 def _librdkafka_refusal(key: str, value: str) -> str | None:
@@ -331,18 +378,21 @@ def _pattern(ctx: Ctx, node: Node) -> str:
     return pattern
 
 
-def _group(ctx: Ctx, sec: Section) -> GroupConfig:
-    group_id = as_str(ctx, sec.need("id"), sec.sub("id"))
-    assignors = _assignors(ctx, sec.get("assignor"), sec.sub("assignor"))
-    instance = sec.get("instance_id")
-    timing = {f"{key}_ms": as_duration_ms(ctx, sec.get(key), sec.sub(key))
-              for key in ("session_timeout", "heartbeat_interval", "rebalance_timeout", "metadata_max_age")
-              if sec.get(key)}
-    policy = sec.get("on_server_assignment")
-    config = GroupConfig(id=group_id, assignors=assignors, **timing,
-                         instance_id=as_env_str(ctx, instance, sec.sub("instance_id")) if instance else None,
-                         on_server_assignment=as_enum(ctx, policy, sec.sub("on_server_assignment"),
-                                                      ON_SERVER_ASSIGNMENT) if policy else "warn")
+def _group(ctx: Ctx, top: Section) -> GroupConfig:
+    top.need("group")
+    sec = top.section("group", GROUP_KEYS)
+    get, attempt = sec.get, ctx.attempt
+    with ctx.independent():
+        group_id = attempt(required, sec, "id", as_str)
+        assignors = attempt(_assignors, get("assignor"), sec.sub("assignor"))
+        timing = {f"{key}_ms": attempt(as_duration_ms, get(key), sec.sub(key))
+                  for key in ("session_timeout", "heartbeat_interval", "rebalance_timeout", "metadata_max_age")
+                  if get(key)}
+        instance = attempt(as_env_str, get("instance_id"), sec.sub("instance_id")) if get("instance_id") else None
+        policy = attempt(as_enum, get("on_server_assignment"), sec.sub("on_server_assignment"),
+                         ON_SERVER_ASSIGNMENT) if get("on_server_assignment") else "warn"
+    config = GroupConfig(id=group_id, assignors=assignors, **timing, instance_id=instance,
+                         on_server_assignment=policy)
     if config.heartbeat_interval_ms >= config.session_timeout_ms:
         line, path = sec.line_of("heartbeat_interval", "session_timeout")
         ctx.fail(line, path, C.CONFLICTING_FIELDS,
@@ -380,25 +430,29 @@ def _lookup_assignor(ctx: Ctx, name: str, line: int, path: str) -> str:
         ctx.fail(line, path, C.ASSIGNOR_IMPORT_FAILED, str(exc).split("] ", 1)[-1], name=name)
 
 
-def _source(ctx: Ctx, sec: Section) -> SourceConfig:
-    get = sec.get
-    starting = as_enum(ctx, get("starting_offsets"), sec.sub("starting_offsets"), STARTING_OFFSETS) \
-        if get("starting_offsets") else "earliest"
-    limits = {key: as_positive_int(ctx, get(key), sec.sub(key)) if get(key) else None
-              for key in ("max_offsets_per_trigger", "min_offsets_per_trigger")}
-    delay = as_duration_ms(ctx, get("max_trigger_delay"), sec.sub("max_trigger_delay")) \
-        if get("max_trigger_delay") else None
+def _source(ctx: Ctx, top: Section) -> SourceConfig:
+    sec = top.section("source", SOURCE_KEYS)
+    get, attempt = sec.get, ctx.attempt
+    with ctx.independent():
+        starting = attempt(as_enum, get("starting_offsets"), sec.sub("starting_offsets"), STARTING_OFFSETS) \
+            if get("starting_offsets") else "earliest"
+        limits = {key: attempt(as_positive_int, get(key), sec.sub(key)) if get(key) else None
+                  for key in ("max_offsets_per_trigger", "min_offsets_per_trigger")}
+        delay = attempt(as_duration_ms, get("max_trigger_delay"), sec.sub("max_trigger_delay")) \
+            if get("max_trigger_delay") else None
+        on_data_loss = attempt(_on_data_loss, sec)
+        reader = attempt(as_enum, get("reader"), sec.sub("reader"), READERS) if get("reader") else "spark-kafka"
+        headers = attempt(as_bool, get("include_headers"), sec.sub("include_headers")) \
+            if get("include_headers") is not None else False
+        warm_up_limit = attempt(_warm_up_limit, sec)
     _check_limits(ctx, sec, limits, delay)
     if delay is None and limits["min_offsets_per_trigger"] is not None:
         delay = 15 * 60_000  # Spark's default, made explicit
     if limits["max_offsets_per_trigger"] is None:  # the default bound, raised to a larger minimum
         limits["max_offsets_per_trigger"] = max(DEFAULT_MAX_OFFSETS_PER_TRIGGER,
                                                 limits["min_offsets_per_trigger"] or 0)
-    reader = as_enum(ctx, get("reader"), sec.sub("reader"), READERS) if get("reader") else "spark-kafka"
-    headers = as_bool(ctx, get("include_headers"), sec.sub("include_headers")) \
-        if get("include_headers") is not None else False
-    return SourceConfig(starting_offsets=starting, max_trigger_delay_ms=delay, on_data_loss=_on_data_loss(ctx, sec),
-                        reader=reader, include_headers=headers, warm_up_limit_ms=_warm_up_limit(ctx, sec), **limits)
+    return SourceConfig(starting_offsets=starting, max_trigger_delay_ms=delay, on_data_loss=on_data_loss,
+                        reader=reader, include_headers=headers, warm_up_limit_ms=warm_up_limit, **limits)
 
 
 def _warm_up_limit(ctx: Ctx, sec: Section) -> int:
@@ -414,8 +468,9 @@ def _warm_up_limit(ctx: Ctx, sec: Section) -> int:
 def _check_reader_warm_up(ctx: Ctx, top: Section, source: SourceConfig) -> None:
     """``source.warm_up_limit`` bounds the scg-kafka reader's warm-up; Spark's Kafka source warms
     up with one batch of its own, so the setting would do nothing there."""
-    if source.reader != "scg-kafka" and top.section("source", SOURCE_KEYS).get("warm_up_limit") is not None:
-        ctx.fail(*top.section("source", SOURCE_KEYS).line_of("warm_up_limit"), C.CONFLICTING_FIELDS,
+    sec = top.section("source", SOURCE_KEYS)  # its unknown keys are recorded already
+    if source.reader != "scg-kafka" and sec.get("warm_up_limit") is not None:
+        ctx.fail(*sec.line_of("warm_up_limit"), C.CONFLICTING_FIELDS,
                  "warm_up_limit applies to reader scg-kafka only; remove it or set source.reader: scg-kafka",
                  fields=("source.warm_up_limit", "source.reader"))
 
@@ -432,21 +487,22 @@ def _check_reader_trigger(ctx: Ctx, top: Section, source: SourceConfig, trigger:
 RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "key_bytes")  # records.py output
 
 
-def _check_field_names(ctx: Ctx, top: Section, source: SourceConfig, fmt: FormatConfig) -> None:
+def _check_field_names(ctx: Ctx, top: Section, source: SourceConfig | None, fmt: FormatConfig) -> None:
     """A ``format.schema`` field may not take the name of a column every output row carries
-    (Spark compares names case-insensitively): the table would get two columns of that name."""
+    (Spark compares names case-insensitively): the table would get two columns of that name.
+    Every such field is reported; ``headers`` only when the source section is good."""
     for field in fmt.schema:
         name = field.name.lower()
         if name in RECORD_COLUMNS:
             why, fields = "every output row carries the record's Kafka coordinates and key", ("format.schema",)
-        elif name == "headers" and source.include_headers:
+        elif name == "headers" and source is not None and source.include_headers:
             why, fields = "source.include_headers puts the record's headers there", ("format.schema",
                                                                                      "source.include_headers")
         else:
             continue
-        ctx.fail(top.section("format", FORMAT_KEYS).get("schema").line, "format.schema", C.CONFLICTING_FIELDS,
-                 f"schema field {field.name!r} is an output column already ({why}); rename it, or read "
-                 "the value as format: {type: raw} and parse it in the transform", fields=fields)
+        ctx.report(top.section("format", FORMAT_KEYS).get("schema").line, "format.schema", C.CONFLICTING_FIELDS,
+                   f"schema field {field.name!r} is an output column already ({why}); rename it, or read "
+                   "the value as format: {type: raw} and parse it in the transform", fields=fields)
 
 
 def _on_data_loss(ctx: Ctx, sec: Section) -> str:
@@ -479,18 +535,23 @@ def _check_limits(ctx: Ctx, sec: Section, limits: Mapping[str, int | None], dela
 def _format(ctx: Ctx, top: Section) -> FormatConfig:
     top.need("format", hint=" (json needs format.schema; use format: {type: raw} for raw bytes)")
     sec = top.section("format", FORMAT_KEYS)
-    kind = as_enum(ctx, sec.get("type"), sec.sub("type"), FORMAT_TYPES) if sec.get("type") else "json"
     limit_node = sec.get("max_value_bytes")
-    limit = (as_positive_int(ctx, limit_node, sec.sub("max_value_bytes")) if limit_node is not None
-             else FormatConfig.max_value_bytes)
+    with ctx.independent():
+        kind = ctx.attempt(as_enum, sec.get("type"), sec.sub("type"), FORMAT_TYPES) if sec.get("type") else "json"
+        limit = (ctx.attempt(as_positive_int, limit_node, sec.sub("max_value_bytes")) if limit_node is not None
+                 else FormatConfig.max_value_bytes)
+        schema = ctx.attempt(_schema, sec, kind) if kind is not None else None  # the type decides
+    return FormatConfig(type=kind, schema=schema, max_value_bytes=limit)
+
+
+def _schema(ctx: Ctx, sec: Section, kind: str) -> tuple[SchemaField, ...]:
     if kind == "raw":
         if sec.get("schema") is not None:
             ctx.fail(sec.get("schema").line, sec.sub("schema"), C.CONFLICTING_FIELDS,
                      "format type raw takes no schema", fields=("type", "schema"))
-        return FormatConfig(type="raw", max_value_bytes=limit)
+        return ()
     schema_node = sec.need("schema", hint=" (format type json needs a schema)")
-    return FormatConfig(type="json", schema=parse_schema(ctx, schema_node, sec.sub("schema")),
-                        max_value_bytes=limit)
+    return parse_schema(ctx, schema_node, sec.sub("schema"))
 
 
 def _transform(ctx: Ctx, top: Section) -> str | None:
@@ -504,27 +565,43 @@ def _transform(ctx: Ctx, top: Section) -> str | None:
     return sql.strip()
 
 
-def _sink(ctx: Ctx, top: Section, fmt: FormatConfig, transform: str | None) -> SinkConfig:
+def _known_columns(top: Section, fmt: FormatConfig | None) -> tuple[str, ...] | None:
+    """The output columns known before a query runs, or None: a transform derives its own (they are
+    checked against its output when the query starts, and by ``scg validate``), or format is bad."""
+    if top.get("transform") is not None or fmt is None:
+        return None
+    return fmt.field_names + KAFKA_COORDINATE_COLUMNS
+
+
+def _sink(ctx: Ctx, top: Section, columns: tuple[str, ...] | None) -> SinkConfig:
+    """``partition_by`` is checked against ``columns`` when they are known."""
     top.need("sink")
     sec = top.section("sink", SINK_KEYS)
-    path = as_location(ctx, sec.need("path"), sec.sub("path")).rstrip("/") or "/"
-    dead = as_location(ctx, sec.get("dead_letter_path"), sec.sub("dead_letter_path")) \
-        if sec.get("dead_letter_path") else f"{path}_dead_letters"
+    with ctx.independent():
+        path = ctx.attempt(required, sec, "path", _table_location)
+        dead = ctx.attempt(_table_location, sec.get("dead_letter_path"), sec.sub("dead_letter_path")) \
+            if sec.get("dead_letter_path") else None
+        partition_by = ctx.attempt(_partition_by, sec, columns)
+    dead = dead or f"{path}_dead_letters"  # as safe for delta-rs as path is
     if _same_or_inside(dead, path) or _same_or_inside(path, dead):
         ctx.fail(*sec.line_of("dead_letter_path"), C.CONFLICTING_FIELDS,
                  "dead_letter_path must be outside sink.path (and not contain it)", fields=("path", "dead_letter_path"))
-    for key, location in (("path", path), ("dead_letter_path", dead)):
-        unsafe = _NOT_FOR_DELTA_RS.search(location)
-        if unsafe:
-            ctx.fail(*sec.line_of(key, "path"), C.BAD_VALUE,
-                     f"{location!r} holds {unsafe.group()!r}, which the Delta writer (delta-rs) cannot use in "
-                     "a table's location (it reads the location as a URL); choose a path without "
-                     "[ ] ^ | \\ or %XX escapes", value=location)
-    columns = _partition_by(ctx, sec, fmt, transform)
-    return SinkConfig(path=path, dead_letter_path=dead.rstrip("/"), partition_by=columns)
+    return SinkConfig(path=path, dead_letter_path=dead, partition_by=partition_by)
 
 
-def _partition_by(ctx: Ctx, sec: Section, fmt: FormatConfig, transform: str | None) -> tuple[str, ...]:
+def _table_location(ctx: Ctx, node: Node, path: str) -> str:
+    """A Delta table's location (see :func:`as_location`; no trailing slash), which delta-rs can open."""
+    location = as_location(ctx, node, path).rstrip("/") or "/"
+    unsafe = _NOT_FOR_DELTA_RS.search(location)
+    if unsafe:
+        ctx.fail(node.line, path, C.BAD_VALUE,
+                 f"{location!r} holds {unsafe.group()!r}, which the Delta writer (delta-rs) cannot use in "
+                 "a table's location (it reads the location as a URL); choose a path without "
+                 "[ ] ^ | \\ or %XX escapes", value=location)
+    return location
+
+
+def _partition_by(ctx: Ctx, sec: Section, allowed: tuple[str, ...] | None) -> tuple[str, ...]:
     node = sec.get("partition_by")
     if node is None:
         return ()
@@ -532,10 +609,8 @@ def _partition_by(ctx: Ctx, sec: Section, fmt: FormatConfig, transform: str | No
     items = [(item, as_str(ctx, item, child_path(path, i))) for i, item in
              enumerate(as_list(ctx, node, path, "column names"))]
     unique(ctx, items, path, "column")
-    allowed = fmt.field_names + KAFKA_COORDINATE_COLUMNS
     for index, (item, column) in enumerate(items):
-        # A transform may derive new columns; those are checked against its output when the query starts.
-        if transform is None and column not in allowed:
+        if allowed is not None and column not in allowed:
             ctx.fail(item.line, child_path(path, index), C.BAD_PARTITION_COLUMN,
                      f"{column!r} is not a column; choose from {', '.join(allowed)}",
                      column=column, allowed=allowed)
@@ -546,42 +621,50 @@ def _same_or_inside(inner: str, outer: str) -> bool:
     return inner == outer or inner.startswith(outer.rstrip("/") + "/")
 
 
-def _metrics(ctx: Ctx, sec: Section) -> MetricsConfig:
-    get = sec.get
-    enabled = as_bool(ctx, get("enabled"), sec.sub("enabled")) if get("enabled") is not None else True
-    port = MetricsConfig.port
-    if get("port") is not None:
-        node = get("port")
-        if node.kind != "scalar" or isinstance(node.value, bool) or not isinstance(node.value, int):
-            wrong_type(ctx, node, sec.sub("port"), "a port number (0-65535)")
-        if not 0 <= node.value <= 65535:
-            ctx.fail(node.line, sec.sub("port"), C.BAD_VALUE, f"must be a port number 0-65535, got {node.value}",
-                     value=node.value)
-        port = node.value
-    host = as_str(ctx, get("host"), sec.sub("host")).strip() if get("host") is not None else MetricsConfig.host
-    return MetricsConfig(enabled=enabled, port=port, host=host)
+def _metrics(ctx: Ctx, top: Section) -> MetricsConfig:
+    sec = top.section("metrics", METRICS_KEYS)
+    get, attempt = sec.get, ctx.attempt
+    with ctx.independent():
+        enabled = attempt(as_bool, get("enabled"), sec.sub("enabled")) if get("enabled") is not None else True
+        port = attempt(_port, get("port"), sec.sub("port")) if get("port") is not None else MetricsConfig.port
+        host = attempt(as_str, get("host"), sec.sub("host")) if get("host") is not None else MetricsConfig.host
+    return MetricsConfig(enabled=enabled, port=port, host=host.strip())
 
 
-def _trigger(ctx: Ctx, sec: Section) -> TriggerConfig:
-    available_now = as_bool(ctx, sec.get("available_now"), sec.sub("available_now")) \
-        if sec.get("available_now") else False
+def _port(ctx: Ctx, node: Node, path: str) -> int:
+    if node.kind != "scalar" or isinstance(node.value, bool) or not isinstance(node.value, int):
+        wrong_type(ctx, node, path, "a port number (0-65535)")
+    if not 0 <= node.value <= 65535:
+        ctx.fail(node.line, path, C.BAD_VALUE, f"must be a port number 0-65535, got {node.value}", value=node.value)
+    return node.value
+
+
+def _trigger(ctx: Ctx, top: Section) -> TriggerConfig:
+    sec = top.section("trigger", TRIGGER_KEYS)
     interval = sec.get("processing_time")
+    with ctx.independent():
+        available_now = ctx.attempt(as_bool, sec.get("available_now"), sec.sub("available_now")) \
+            if sec.get("available_now") else False
+        # with available_now: true the interval is refused below whatever it holds
+        ms = ctx.attempt(as_duration_ms, interval, sec.sub("processing_time")) \
+            if interval and available_now is not True else TriggerConfig.processing_time_ms
     if available_now and interval is not None:
         ctx.fail(sec.get("available_now").line, sec.sub("available_now"), C.CONFLICTING_FIELDS,
                  "give either processing_time or available_now: true, not both",
                  fields=("processing_time", "available_now"))
     if available_now:
         return TriggerConfig(processing_time_ms=None, available_now=True)
-    ms = as_duration_ms(ctx, interval, sec.sub("processing_time")) if interval else TriggerConfig.processing_time_ms
     return TriggerConfig(processing_time_ms=ms)
 
 
-def _checkpoint_root(ctx: Ctx, top: Section, sink: SinkConfig) -> str:
+def _checkpoint_root(ctx: Ctx, top: Section, sink: SinkConfig | None) -> str | None:
+    """Outside both tables; not compared with them when the sink section is bad (None then when
+    not given: validation raises anyway)."""
     node = top.get("checkpoint_root")
     if node is None:
-        return f"{sink.path}_checkpoints"
+        return f"{sink.path}_checkpoints" if sink is not None else None
     root = as_location(ctx, node, "checkpoint_root").rstrip("/") or "/"
-    for table in (sink.path, sink.dead_letter_path):
+    for table in (sink.path, sink.dead_letter_path) if sink is not None else ():
         if _same_or_inside(root, table) or _same_or_inside(table, root):
             ctx.fail(node.line, "checkpoint_root", C.CONFLICTING_FIELDS,
                      f"checkpoint_root must be outside the table {table} (and not contain it)",

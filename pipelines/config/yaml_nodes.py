@@ -8,14 +8,15 @@ always the key's source text (``on:`` stays ``"on"``); scalar values are constru
 by the safe constructor (ints, bools, null...) and keep their source text too.
 
 Errors are :class:`ConfigError`: a named :class:`Condition` plus parameters, located
-by file, line and field path (Spark ``KafkaExceptions`` style; test by condition).
+by file, line and field path (Spark ``KafkaExceptions`` style; test by condition). Several
+problems of one file travel together as one :class:`ConfigErrors`.
 """
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import yaml
 
@@ -84,6 +85,63 @@ class ConfigError(ScgError):
     def __reduce__(self) -> tuple[Any, ...]:  # keep condition and params across processes
         return (_rebuild_error, (self.file, self.line, self.field_path, self.condition.value,
                                  self.detail, self.params))
+
+    @property
+    def errors(self) -> tuple["ConfigError", ...]:
+        """Every problem this error reports: itself (a :class:`ConfigErrors` holds several)."""
+        return (self,)
+
+
+class ConfigErrors(ConfigError):
+    """Several problems of one file, raised together: ``errors`` holds each one, in file order
+    (by line; problems on one line in the order they were found), never the same problem twice.
+
+    ``file``, ``line``, ``field_path``, ``condition``, ``detail`` and ``params`` are the first
+    problem's, so a caller that looks at one error sees the first. ``str`` is one
+    ``<file>:<line>: <field.path>: [CONDITION] <detail>`` line per problem; ``headline()`` is the
+    first problem's line and how many more there are. Make one with :meth:`of`.
+    """
+
+    def __init__(self, errors: Sequence[ConfigError], /) -> None:  # pylint: disable=super-init-not-called
+        self._errors = _in_file_order(errors)
+        if len(self._errors) < 2:
+            raise ValueError("ConfigErrors holds two problems or more; raise a single one as it is")
+        first = self._errors[0]
+        self.file, self.line, self.field_path = first.file, first.line, first.field_path
+        self.condition, self.detail, self.params = first.condition, first.detail, first.params
+        Exception.__init__(self, str(self))
+
+    @classmethod
+    def of(cls, errors: Sequence[ConfigError]) -> ConfigError:
+        """One error for ``errors`` (at least one): the problem itself when there is one, so it
+        reads exactly as it always did, else a ConfigErrors."""
+        problems = _in_file_order(errors)
+        if not problems:
+            raise ValueError("no problem to raise")
+        return problems[0] if len(problems) == 1 else cls(problems)
+
+    @property
+    def errors(self) -> tuple[ConfigError, ...]:
+        return self._errors
+
+    def __str__(self) -> str:
+        return "\n".join(error.headline() for error in self._errors)
+
+    def headline(self) -> str:
+        more = len(self._errors) - 1
+        return (f"{self._errors[0].headline()} (and {more} more problem{'s' if more > 1 else ''} "
+                "in this file; scg validate FILE lists every one)")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ConfigErrors, (self._errors,))
+
+
+def _in_file_order(errors: Sequence[ConfigError]) -> tuple[ConfigError, ...]:
+    """Each problem of ``errors`` (a ConfigErrors gives its own) once, sorted by line (stable)."""
+    unique: dict[tuple[Any, ...], ConfigError] = {}
+    for error in (problem for given in errors for problem in given.errors):
+        unique.setdefault((error.file, error.line, error.field_path, str(error.condition), error.detail), error)
+    return tuple(sorted(unique.values(), key=lambda error: error.line))
 
 
 def _rebuild_error(file: str, line: int, field_path: str, condition: str, detail: str,
