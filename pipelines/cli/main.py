@@ -25,8 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("file")
     run.add_argument("--log-format", choices=("text", "json"), default=None,
                      help="one event per line as text (default) or JSON; also SCG_LOG_FORMAT")
-    sub.add_parser("validate", help="validate pipeline files and exit (2 if any is invalid)") \
-        .add_argument("files", nargs="+", metavar="FILE")
+    validate = sub.add_parser("validate", help="validate pipeline files and exit (2 if any is invalid); "
+                                               "every problem of a file is a line")
+    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.add_argument("--print", action="store_true", dest="print_yaml",
+                          help="print each valid file's resolved config as YAML (defaults filled in, "
+                               "secrets masked as ***)")
     demo = sub.add_parser("demo", help="the main job end to end on an embedded local Kafka")
     demo.add_argument("--records", type=positive_int, default=20000)
     demo.add_argument("--partitions", type=positive_int, default=6)
@@ -106,7 +110,8 @@ def cmd_run(args) -> int:
 def cmd_validate(args) -> int:
     from pipelines.config import main_validate
 
-    return max([main_validate(path) for path in args.files])  # every file checked, each one reported
+    # every file checked, each one reported
+    return max([main_validate(path, print_yaml=args.print_yaml) for path in args.files])
 
 
 def cmd_demo(args) -> int:
