@@ -53,8 +53,9 @@ Rules for every key:
   `group.instance_id`, the PEM file paths and `storage.endpoint`, `region`, `access_key_id`.
 - A relative local path resolves against the pipeline file's directory.
 - Explicit `null` means "not given".
-- A bad file stops `scg validate` and `scg run` with exit code 2. The one line names the file,
-  line, field and condition. The conditions are in [operations.md](operations.md#named-conditions).
+- A bad file stops `scg validate` and `scg run` with exit code 2. A line names the file, line,
+  field and condition; `scg validate` prints one for every problem of the file at once. The
+  conditions are in [operations.md](operations.md#named-conditions).
 
 Examples: [conf/pipelines/demo.yaml](../conf/pipelines/demo.yaml),
 [conf/pipelines/example-secure.yaml](../conf/pipelines/example-secure.yaml).
