@@ -71,7 +71,8 @@ class Ctx:
         raise ConfigError(self.file, line, path, condition, detail, **params)
 
     def report(self, line: int, path: str, condition: C, detail: str, /, **params: Any) -> None:
-        """Record this problem and go on (for problems that make nothing else wrong)."""
+        """Record this problem and go on to the next item (a failure all the same: an enclosing
+        :meth:`independent` block is abandoned when it ends)."""
         self.record(ConfigError(self.file, line, path, condition, detail, **params))
 
     def record(self, error: ConfigError) -> None:
