@@ -41,11 +41,8 @@ from deltalake.exceptions import CommitFailedError, DeltaProtocolError, SchemaMi
 
 from groupmgr.core import ScgError
 from groupmgr.kafka_faults import Backoff, Fault, FaultKind, FaultStreak, classify_kafka, classify_kafka_code
-from pipelines.runtime.broker_probe import TopicIdsUnconfirmed
 from pipelines.runtime.kafka_range_reader import KafkaReadStalled, LogEndsUnavailable
-from pipelines.runtime.partition_checks import SourceChanged
-from pipelines.runtime.start_offsets import NoStartingOffsetError
-from sinks.txn_table import FencedWriterError, OffsetGapError, SinkError, StorageUnavailable
+from sinks.txn_table import FencedWriterError, SinkError, StorageUnavailable
 
 TRANSIENT, PERMANENT, UNKNOWN = FaultKind.TRANSIENT, FaultKind.PERMANENT, FaultKind.UNKNOWN
 
