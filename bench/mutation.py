@@ -70,6 +70,8 @@ SPARK_ONLY = ("pipelines.runtime.batch_writer.xǁBatchWriterǁ_prepare__mutmut_"
               "pipelines.runtime.batch_writer.xǁSparkBatchǁ",
               "pipelines.runtime.batch_writer.x__with_decisions__mutmut_",
               "pipelines.runtime.batch_writer.x_without_partitions__mutmut_",
+              "pipelines.runtime.batch_writer.x_warm_up__mutmut_",
+              "pipelines.runtime.batch_writer.x_warm_up_batch__mutmut_",
               "pipelines.runtime.records.xǁRecordColumnsǁ",
               "pipelines.runtime.records.xǁ_SparkFactsǁ",
               "pipelines.runtime.records.x_record_columns__mutmut_",
@@ -436,7 +438,8 @@ def markdown(report: dict) -> str:
            + f"; property tests at {report['hypothesis_examples']} Hypothesis examples. Tested: {report['tested']}. "
            f"{report['out_of_scope_spark_only']} mutants of Spark-only functions "
            "(`BatchWriter._prepare`, `SparkBatch`, `SparkRows.write`, `_write_task`, `_with_decisions`, "
-           "`without_partitions`, `apply_transform`; in records.py the Spark column builders) are not counted: "
+           "`without_partitions`, `apply_transform`, `warm_up`, `warm_up_batch`; in records.py the Spark column "
+           "builders) are not counted: "
            "no fast test can run them.",
            "", "| module | mutants | killed | timeout | survived | equivalent | score |",
            "|---|---:|---:|---:|---:|---:|---:|"]
