@@ -1,10 +1,11 @@
 """`scg demo`: the main job end to end on an embedded local Kafka.
 
 Starts a local broker, creates a topic, produces sample JSON events, runs the demo pipeline
-(conf/pipelines/demo.yaml) as one group member until every produced record is in the Delta table,
-prints the count and a few rows read back through delta-spark, and stops everything it started,
-also on Ctrl-C. Every Kafka client it makes is closed before the broker stops (an rdkafka client
-that outlives its broker logs "Connection refused" until the process ends).
+(pipelines/resources/pipelines/demo.yaml, package data) as one group member until every produced
+record is in the Delta table, prints the count and a few rows read back through delta-spark, and
+stops everything it started, also on Ctrl-C. Every Kafka client it makes is closed before the
+broker stops (an rdkafka client that outlives its broker logs "Connection refused" until the
+process ends).
 """
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ import threading
 import time
 from pathlib import Path
 
-from pipelines.runtime.install_paths import PROJECT_ROOT, state_dir
+from pipelines.runtime.install_paths import conf_dir, state_dir
 
-DEMO_FILE = PROJECT_ROOT / "conf" / "pipelines" / "demo.yaml"
+DEMO_FILE = conf_dir() / "pipelines" / "demo.yaml"
 FINISH_TIMEOUT_S = 240.0
 ACTIONS = ("view", "click", "add_to_cart", "purchase")
 

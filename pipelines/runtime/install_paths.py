@@ -13,6 +13,7 @@ from pathlib import Path
 from groupmgr.core import ExitCategory, ScgError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+RESOURCES = Path(__file__).resolve().parents[1] / "resources"
 
 
 class JarsNotInstalledError(ScgError):
@@ -47,4 +48,8 @@ def state_dir() -> Path:
 
 
 def conf_dir() -> Path:
-    return PROJECT_ROOT / "conf"
+    """The configuration files shipped with the package (package data, ``pipelines/resources/``):
+    ``jvm/`` (the JVM dependency pins and Maven settings), the log4j2 properties of the local
+    Kafka and of Spark drivers, ``pipelines/`` (example pipelines) and ``grafana/`` (the
+    dashboard). The same directory in a checkout and in an installed package."""
+    return RESOURCES

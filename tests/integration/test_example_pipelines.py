@@ -1,5 +1,5 @@
-"""Every file in conf/pipelines/ is run, not only validated. demo.yaml is run
-by the demo test; this module runs ``example-secure.yaml`` with ``bin/scg run`` against the
+"""Every example pipeline (pipelines/resources/pipelines/) is run, not only validated. demo.yaml
+is run by the demo test; this module runs ``example-secure.yaml`` with ``bin/scg run`` against the
 secured broker (``secure_kafka``), through the environment variables the file reads. The file is
 used as shipped except its absolute ``/tmp/scg/orders/...`` table and checkpoint paths, which a
 copy redirects under the test's directory (the config has no ``${ENV}`` for paths).
@@ -29,7 +29,7 @@ from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 SCG = str(PROJECT_ROOT / "bin" / "scg")
-EXAMPLE = PROJECT_ROOT / "conf" / "pipelines" / "example-secure.yaml"
+EXAMPLE = PROJECT_ROOT / "pipelines" / "resources" / "pipelines" / "example-secure.yaml"
 SHIPPED_ROOT = "/tmp/scg/orders/"
 PARTITIONS = 2
 RECORDS_PER_TOPIC = 600   # 1,200 in all: above the file's min_offsets_per_trigger (1000)

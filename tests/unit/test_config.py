@@ -18,7 +18,7 @@ from pipelines.config.yaml_nodes import parse_yaml
 from pipelines.config.secrets import file_secret
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "conf" / "pipelines"
+EXAMPLES = ROOT / "pipelines" / "resources" / "pipelines"  # package data; conf/pipelines links here
 PASSWORD = "s3cr3t-Pa55word-value"
 CA_FILE = ROOT / "tests" / "unit" / "config_cases" / "ca.pem"  # a PEM-shaped stand-in, no real key
 ENV = {"KAFKA_USER": "alice", "KAFKA_PASSWORD": PASSWORD, "KAFKA_BOOTSTRAP": "b1:9093,b2:9093",

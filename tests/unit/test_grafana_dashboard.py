@@ -1,5 +1,5 @@
-"""The Grafana dashboard in conf/grafana/ asks only for metrics a member serves, and shows every
-family the operations guide promises a panel for."""
+"""The Grafana dashboard in pipelines/resources/grafana/ (package data) asks only for metrics a
+member serves, and shows every family the operations guide promises a panel for."""
 import json
 import re
 from pathlib import Path
@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pipelines.runtime.metrics import MemberMetrics
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "conf" / "grafana" / "scg-dashboard.json"
+DASHBOARD = Path(__file__).resolve().parents[2] / "pipelines" / "resources" / "grafana" / "scg-dashboard.json"
 SHOWN = {"scg_partition_lag_records", "scg_records_written_total", "scg_batch_duration_seconds_bucket",
          "scg_delta_commit_seconds_bucket", "scg_dead_letters_total", "scg_rebalances_total",
          "scg_stopped_partitions", "scg_owned_partitions", "scg_query_restarts_total"}
