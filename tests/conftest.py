@@ -24,7 +24,13 @@ from pipelines.local.local_kafka import LocalKafka
 HERE = Path(__file__).resolve().parent
 # fixtures that start a JVM (here and in tests/integration/conftest.py), directly or through another
 JVM_FIXTURES = frozenset({"kafka_cluster", "bootstrap", "spark", "secure_kafka", "s3"})
-SLOW_DIRS = ((HERE / "integration", "integration"), (HERE / "e2e", "e2e"))
+# (folder, marker of its tests, their per-test timeout in seconds). The timeouts replace the suite's
+# default (setup.cfg, ``[tool:pytest] timeout``) unless a test sets its own: in tests/integration a
+# Kafka broker and a Spark session start inside the first test that asks for them, and spark-submit
+# and `scg run` subprocesses may take 600 s; in tests/e2e the demo subprocess alone is allowed
+# 600 s and every member process starts its own Spark. A hang fails with the test's name instead
+# of running CI out of time.
+SLOW_DIRS = ((HERE / "integration", "integration", 900), (HERE / "e2e", "e2e", 1200))
 SLOW_MARKERS = ("integration", "e2e")
 
 
@@ -39,9 +45,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if JVM_FIXTURES.intersection(item.fixturenames):
             item.add_marker(pytest.mark.integration)
-        for folder, marker in SLOW_DIRS:
-            if item.path.resolve().is_relative_to(folder) and not item.get_closest_marker("delta_only"):
-                item.add_marker(marker)
+        for folder, marker, timeout_s in SLOW_DIRS:
+            if item.path.resolve().is_relative_to(folder):
+                if not item.get_closest_marker("delta_only"):
+                    item.add_marker(marker)
+                if item.get_closest_marker("timeout") is None:
+                    item.add_marker(pytest.mark.timeout(timeout_s))
     if config.getoption("fast"):
         slow = {item for item in items if any(item.get_closest_marker(m) for m in SLOW_MARKERS)}
         if slow:

@@ -1,16 +1,8 @@
-"""Per-test timeout in this directory: 1200 s instead of the suite's default (setup.cfg,
-``[tool:pytest] timeout``), because the demo subprocess alone is allowed 600 s and every member
-process starts its own Spark. A test with its own
-``@pytest.mark.timeout`` keeps it. A hang fails with the test's name instead of running CI out of time.
-"""
+"""No member process outlives its end-to-end test. (The tests' per-test timeout and marker:
+tests/conftest.py.)"""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-HERE = Path(__file__).resolve().parent
-TIMEOUT_S = 1200
 
 
 @pytest.fixture(autouse=True)
@@ -21,9 +13,3 @@ def no_member_outlives_its_test():
     yield
     while RUNNING:
         RUNNING.pop().kill()
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.path.resolve().is_relative_to(HERE) and item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(TIMEOUT_S))

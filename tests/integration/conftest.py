@@ -1,22 +1,8 @@
-"""Per-test timeout in this directory: 900 s instead of the suite's default (setup.cfg,
-``[tool:pytest] timeout``), because a Kafka broker and a Spark session start inside the first test
-that asks for them, and spark-submit and `scg run` subprocesses may take 600 s. A test with its own
-``@pytest.mark.timeout`` keeps it. A hang fails with the test's name instead of running CI out of time.
-"""
+"""Fixtures of the integration tests: a real S3-compatible server and a secured Kafka node.
+(Their per-test timeout and marker: tests/conftest.py.)"""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-HERE = Path(__file__).resolve().parent
-TIMEOUT_S = 900
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.path.resolve().is_relative_to(HERE) and item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(TIMEOUT_S))
 
 
 @pytest.fixture(scope="session")
