@@ -253,25 +253,13 @@ def test_state_and_partitions_seen_by_the_listener(fake, spied):
     assert member.wait_until_stable(WAIT) and member.state is MemberState.STABLE
 
 
-def test_a_failing_metadata_listing_keeps_the_pattern_members_topics(fake, started):
-    """Listing failures past the check's deadline are retried at the next check: no rejoin, no failure."""
+@pytest.mark.parametrize("check", [dict(topics=(), topic_pattern="t"), {}],
+                         ids=["pattern-member-topic-listing", "leader-partition-count-check"])
+def test_a_failing_metadata_check_keeps_the_member_in_its_generation(fake, started, check):
+    """Metadata failures past the check's deadline are retried at the next check: no rejoin, no failure."""
     from groupmgr.group_errors import CoordinatorUnreachable
     from groupmgr.generation import MemberState
-    member, rec = started(topics=(), topic_pattern="t", metadata_max_age_ms=20, request_timeout_ms=300,
-                          session_timeout_ms=600)
-    for _ in range(200):
-        fake.raise_next("Metadata", CoordinatorUnreachable("fake: no answer"))
-    assert fake.wait_for(lambda: not fake._raises["MetadataRequest"], WAIT * 4)
-    checks = len(fake.requests("Metadata"))
-    assert fake.wait_for(lambda: len(fake.requests("Metadata")) >= checks + 3, WAIT)
-    assert member.state is MemberState.STABLE and rec.kinds() == ["assigned"]
-    assert len(fake.requests("JoinGroup")) == 2
-
-
-def test_a_failing_partition_count_check_keeps_the_leaders_generation(fake, started):
-    from groupmgr.group_errors import CoordinatorUnreachable
-    from groupmgr.generation import MemberState
-    member, rec = started(metadata_max_age_ms=20, request_timeout_ms=300, session_timeout_ms=600)
+    member, rec = started(**check, metadata_max_age_ms=20, request_timeout_ms=300, session_timeout_ms=600)
     for _ in range(200):
         fake.raise_next("Metadata", CoordinatorUnreachable("fake: no answer"))
     assert fake.wait_for(lambda: not fake._raises["MetadataRequest"], WAIT * 4)

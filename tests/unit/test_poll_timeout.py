@@ -9,6 +9,8 @@ Every wait is an event or condition with a deadline; nothing sleeps for synchron
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -304,32 +306,11 @@ def test_a_member_that_never_polls_leaves_and_the_listener_hears_it(fake, starte
     assert fake.requests("OffsetCommit") == []
 
 
-def test_after_poll_the_member_rejoins_and_is_assigned_again(fake, started):
-    member, rec = started()
-    assert rec.wait(lost)
-    joins = len(fake.requests("JoinGroup"))
-    poller_stop = threading.Event()
-
-    def keep_polling() -> None:  # the application is making progress again
-        while not poller_stop.wait(0.02):
-            member.poll()
-
-    poller = threading.Thread(target=keep_polling, daemon=True)
-    member.poll()
-    poller.start()
-    try:
-        assert rec.wait(lambda ev: [e[0] for e in ev] == ["assigned", "fenced", "revoked", "assigned"])
-        assert member.wait_until_stable(WAIT) and member.assignment == ALL
-        assert [j.member_id for j in fake.requests("JoinGroup")[joins:]] == ["", "m-2"]
-        assert fake.requests("JoinGroup")[joins].reason == "poll resumed after poll timeout"
-    finally:
-        poller_stop.set()
-        poller.join(WAIT)
-
-
-def test_a_member_that_keeps_polling_never_leaves_on_its_thread(fake, started):
+@contextmanager
+def polling(member: GroupMember) -> Iterator[None]:
+    """The application makes progress: ``member.poll()`` now and every 20 ms on a thread of its own,
+    until the block ends."""
     stop = threading.Event()
-    member, rec = started()
 
     def keep_polling() -> None:
         while not stop.wait(0.02):
@@ -339,14 +320,31 @@ def test_a_member_that_keeps_polling_never_leaves_on_its_thread(fake, started):
     member.poll()
     poller.start()
     try:
+        yield
+    finally:
+        stop.set()
+        poller.join(WAIT)
+
+
+def test_after_poll_the_member_rejoins_and_is_assigned_again(fake, started):
+    member, rec = started()
+    assert rec.wait(lost)
+    joins = len(fake.requests("JoinGroup"))
+    with polling(member):
+        assert rec.wait(lambda ev: [e[0] for e in ev] == ["assigned", "fenced", "revoked", "assigned"])
+        assert member.wait_until_stable(WAIT) and member.assignment == ALL
+        assert [j.member_id for j in fake.requests("JoinGroup")[joins:]] == ["", "m-2"]
+        assert fake.requests("JoinGroup")[joins].reason == "poll resumed after poll timeout"
+
+
+def test_a_member_that_keeps_polling_never_leaves_on_its_thread(fake, started):
+    member, rec = started()
+    with polling(member):
         assert member.wait_until_stable(WAIT)
         # 50 heartbeats at 20 ms: about five poll intervals of 200 ms
         assert fake.wait_for(lambda: len(fake.requests("Heartbeat")) >= 50, WAIT)
         assert member.state is MemberState.STABLE and rec.kinds() == ["assigned"]
         assert fake.requests("LeaveGroup") == []
-    finally:
-        stop.set()
-        poller.join(WAIT)
 
 
 def test_a_static_member_gives_up_its_generation_without_leave_group(fake, started):
