@@ -49,6 +49,14 @@ MODULES = (
     "pipelines/runtime/partition_checks.py",
     "pipelines/runtime/records.py",
     "pipelines/config/secrets.py",
+    "pipelines/runtime/runner.py",
+    "pipelines/runtime/query_supervisor.py",
+    "pipelines/runtime/reader_modes.py",
+    "pipelines/runtime/owned_partitions.py",
+    "pipelines/runtime/warm_up.py",
+    "pipelines/runtime/membership.py",
+    "pipelines/runtime/member_probes.py",
+    "pipelines/runtime/metrics.py",
 )
 # The fast tests: no Kafka broker, no Spark (the Delta-only sink tests run on deltalake). The config
 # and CLI tests exercise layers that are not mutated; leaving them out keeps the baseline run short
@@ -64,6 +72,14 @@ TESTS = ("tests/unit", "tests/integration/test_txn_table.py",
 # counted apart, as out of scope. Of pipelines/runtime/records.py only the pure parts count: the
 # dead-letter rule (reason_rules, dead_letter_reason, RecordFacts) and kafka_row_ddl.
 SPARK_ONLY = ("pipelines.runtime.batch_writer.xǁBatchWriterǁ_prepare__mutmut_",
+              "pipelines.runtime.runner.xǁPipelineRunnerǁopen__mutmut_",
+              "pipelines.runtime.reader_modes.xǁRestartingQueryǁstart__mutmut_",
+              "pipelines.runtime.reader_modes.xǁFollowingQueryǁ_start_query__mutmut_",
+              "pipelines.runtime.reader_modes.xǁFollowingQueryǁregistered__mutmut_",
+              "pipelines.runtime.reader_modes.x_reader_mode__mutmut_",
+              "pipelines.runtime.warm_up.xǁSourceWarmUpǁ",
+              "pipelines.runtime.warm_up.xǁInQueryWarmUpǁ",
+              "pipelines.runtime.warm_up.xǁWarmUpContextǁmade_up__mutmut_",
               "pipelines.runtime.batch_writer.xǁSparkRowsǁwrite__mutmut_",
               "pipelines.runtime.batch_writer.x__write_task__mutmut_",
               "pipelines.runtime.batch_writer.x_apply_transform__mutmut_",
