@@ -4,7 +4,6 @@ and falls, batches and rows are counted, a dead letter is counted under its reas
 from __future__ import annotations
 
 import threading
-import time
 import urllib.error
 import urllib.request
 
@@ -16,6 +15,7 @@ from pipelines.config import load_pipeline
 from pipelines.runtime.runner import PipelineRunner
 from tests.support.kafka_data import create_topic, json_events, log_end_offsets, produce, table_reached, write_pipeline
 from tests.support.static_member import StaticMember
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 WAIT_S = 180
@@ -37,15 +37,6 @@ def status(port: int, path: str) -> int:
         return error.code
 
 
-def wait_for(condition, what: str, timeout_s: float = WAIT_S, every_s: float = 0.2):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(every_s)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_a_member_serves_its_lag_batches_rows_and_dead_letters(bootstrap, spark, tmp_path, unique_name):
     topic = unique_name
     create_topic(bootstrap, topic, 2)
@@ -64,7 +55,7 @@ def test_a_member_serves_its_lag_batches_rows_and_dead_letters(bootstrap, spark,
     thread = threading.Thread(target=runner.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        wait_for(lambda: runner.server is not None, "the metrics server")
+        wait_until(lambda: runner.server is not None, WAIT_S, "the metrics server")
         port = runner.server.port
         assert status(port, "/healthz") == 200
         lags: list[float] = []
@@ -74,8 +65,8 @@ def test_a_member_serves_its_lag_batches_rows_and_dead_letters(bootstrap, spark,
             lags.extend(v for (name, _), v in got.items() if name == "scg_partition_lag_records")
             return table_reached(config.sink.path, config.name, log_end_offsets(produced | bad))
 
-        wait_for(caught_up, "every record committed")
-        wait_for(lambda: status(port, "/readyz") == 200, "ready")
+        wait_until(caught_up, WAIT_S, "every record committed")
+        wait_until(lambda: status(port, "/readyz") == 200, WAIT_S, "ready")
         got = scrape(port)
         assert got[("scg_records_written_total", (("table", "output"),))] == 400
         assert got[("scg_records_written_total", (("table", "dead_letter"),))] == 2
