@@ -2,11 +2,13 @@
 
 A member's driver JVM spends most of its start-up loading, parsing and verifying the classes of
 Spark, Delta and the Kafka connector. ``bin/bootstrap`` records them once
-(:mod:`pipelines.local.record_class_archive`) and keeps the archive under ``.scg/jvm/``. Each driver this
-project starts itself (``bin/scg run``, the demo, the tests; not one spark-submit launched) then
-maps the archive instead of loading those classes again. Measured on one idle 2-core machine,
-a lone member from process start to its batch path warmed up: 22.3 s and 32.4 CPU-s without the
-archive, 14.0 s and 20.4 CPU-s with it; several drivers on one host also share its pages.
+(:mod:`pipelines.local.record_class_archive`) and keeps the archive under ``.scg/jvm/`` (an
+installed package: in its cache, :func:`~pipelines.runtime.install_paths.class_archive_dir`).
+Each driver this project starts itself (``bin/scg run``, the demo, the tests; not one
+spark-submit launched) then maps the archive instead of loading those classes again. Measured
+on one idle 2-core machine, a lone member from process start to its batch path warmed up: 22.3 s
+and 32.4 CPU-s without the archive, 14.0 s and 20.4 CPU-s with it; several drivers on one host
+also share its pages.
 
 The archive is only valid for the JVM and class path it was recorded with. Its key (the ``java``
 binary and each jar's name and size on the driver's class path) is written beside it; a driver
@@ -22,14 +24,14 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from pipelines.runtime.install_paths import PROJECT_ROOT, jars_dir
+from pipelines.runtime.install_paths import class_archive_dir, jars_dir
 
 # Without output: a refused archive must not print a warning into every member's log.
 QUIET = "-Xlog:cds=off,cds+dynamic=off"
 
 
 def archive_path() -> Path:
-    return PROJECT_ROOT / ".scg" / "jvm" / "spark-classes.jsa"
+    return class_archive_dir() / "spark-classes.jsa"
 
 
 def beside(archive: Path, suffix: str) -> Path:
