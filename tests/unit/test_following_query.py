@@ -17,6 +17,7 @@ from pipelines.runtime.reader_modes import FollowingQuery
 from pipelines.runtime.runner import PipelineRunner
 from tests.support.fake_clock import FakeClock
 from tests.support.query_parts import RunningQuery, query_context
+from tests.support.waiting import wait_until
 
 A, B, C = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("t", 2)
 WAIT_S = 10.0
@@ -58,12 +59,8 @@ def in_background(call) -> threading.Event:
 
 
 def wait_for_file_without(reader, tp) -> None:
-    pause = threading.Event()
-    for _ in range(int(WAIT_S / 0.01)):
-        if tp not in reader.assignment_file.read().claims:
-            return
-        pause.wait(0.01)
-    raise AssertionError(f"{tp} is still in the assignment file")
+    wait_until(lambda: tp not in reader.assignment_file.read().claims, WAIT_S,
+               f"{tp} gone from the assignment file", poll_s=0.01)
 
 
 def test_a_release_returns_only_after_the_batches_that_read_the_partition(tmp_path):
