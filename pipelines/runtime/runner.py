@@ -185,8 +185,8 @@ class PipelineRunner:
         """Join the group and process until ``stop`` is set, ``until()`` is true, or (with an
         available-now trigger) the query read everything. Leaves the group on return."""
         stop = stop or threading.Event()
-        self._start_server()
         try:  # the warm-up too: it may have opened the member's offsets connection, closed by the leave
+            self._start_server()
             with self._lock:
                 self.reader.begin()  # scg-kafka: its query starts now, over no partition yet
                 self.supervisor.started(self.reader.query is not None)

@@ -51,7 +51,7 @@ class Harness:
     """A PipelineRunner over a scripted reader: ``starts`` scripts what each start of the query
     does (an exception to raise, or a query to install)."""
 
-    def __init__(self, *starts, watch=None, warm_up_does=lambda: None, metrics=None):
+    def __init__(self, *starts, watch=None, warm_up_does=lambda: None, metrics=None, serve=None):
         self.lines: list[str] = []
         self.clock, self.member, self.commits = FakeClock(), Member(), CommitRecorder()
         self.owned = owned_partitions(self.lines, self.clock, self.commits, checks=every_partition_runs)
@@ -63,7 +63,7 @@ class Harness:
 
         probe = SimpleNamespace(close=lambda: None, latest=lambda partitions: {})
         self.runner = PipelineRunner(CONFIG, lambda config, listener: self.member, reader_factory, probe,
-                                     ProgressPrinter(self.lines.append), watch, self.clock, metrics)
+                                     ProgressPrinter(self.lines.append), watch, self.clock, metrics, serve)
 
     def assign(self, generation, partitions) -> QueryState:
         """The member's ``on_assigned`` (which only records the assignment), then the main
@@ -368,3 +368,20 @@ def test_every_assignment_counts_as_a_rebalance_and_restarts_count_by_condition(
     assert 'scg_rebalances_total{group="g",member="m",pipeline="p"} 2.0' in text
     assert 'scg_member_generation{group="g",member="m",pipeline="p"} 2.0' in text
     assert 'scg_query_restarts_total{group="g",member="m",pipeline="p",reason="FENCED_LEADER_EPOCH"} 1.0' in text
+
+
+def test_a_metrics_port_in_use_ends_the_member_before_it_joins():
+    import socket
+
+    from pipelines.runtime.metrics import MemberMetrics, MetricsPortInUse, MetricsServer
+
+    metrics = MemberMetrics("p", "g", "m")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        h = Harness(metrics=metrics, serve=lambda healthy, ready: MetricsServer(metrics.registry, healthy, ready,
+                                                                                "127.0.0.1", port))
+        with pytest.raises(MetricsPortInUse):
+            h.runner.run(threading.Event())
+    assert h.member.calls == ["close"] and h.reader.started == []
