@@ -1,5 +1,6 @@
 """bin/bootstrap: idempotent and offline once cached; clear failures that leave nothing half-done;
-the class archive it records is what a driver started here maps."""
+bin/scg runs only its Python part for the commands that start no JVM; the class archive it
+records is what a driver started here maps."""
 from __future__ import annotations
 
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.runtime.class_archive import archive_path, driver_java_options
-from pipelines.runtime.install_paths import PROJECT_ROOT
+from pipelines.runtime.install_paths import PROJECT_ROOT, conf_dir
 
 pytestmark = pytest.mark.integration
 BOOTSTRAP = PROJECT_ROOT / "bin" / "bootstrap"
@@ -96,6 +97,31 @@ def test_old_java_says_what_to_do(tmp_path):
     result = _run({}, path=_path_without_java(tmp_path, fake_java=fake))
     assert result.returncode == 3
     assert "Java 17+ is required, found Java 11" in result.stderr
+
+
+def _scg(args: list[str], env_extra: dict, path: str):
+    return subprocess.run(["bash", str(PROJECT_ROOT / "bin" / "scg"), *args], env={**os.environ, **env_extra,
+                          "PATH": path}, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("args", [
+    ["--version"], ["--help"], ["validate", str(conf_dir() / "pipelines" / "demo.yaml")],
+    ["assign", "--assignor", "range", "--topic", "t:2", "--member", "a"],
+], ids=["version", "help", "validate", "assign"])
+def test_commands_that_start_no_jvm_need_neither_java_nor_jars(tmp_path, args):
+    """bin/scg runs only the Python part of the bootstrap for them: no Java check, no jars
+    resolved (the cache stays empty), no class archive."""
+    cache = tmp_path / "cache"
+    result = _scg(args, {"SCG_CACHE_DIR": str(cache), "SCG_MAVEN_SETTINGS": str(_dead_maven_settings(tmp_path))},
+                  path=_path_without_java(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "[bootstrap]" not in result.stderr and not cache.exists()
+
+
+def test_commands_that_start_a_jvm_still_run_the_whole_bootstrap(tmp_path):
+    result = _scg(["kafka", "status", "--dir", str(tmp_path)], {}, path=_path_without_java(tmp_path))
+    assert result.returncode == 3
+    assert "java not found" in result.stderr
 
 
 def test_a_driver_started_here_maps_the_class_archive_bootstrap_recorded(spark):
