@@ -331,7 +331,7 @@ def test_a_batch_for_a_partition_nobody_claimed_is_refused_and_writes_nothing(ta
                     lambda: table.commit(pa.concat_tables([rows(T0, range(3)), rows(T1, range(2))]), ranges, epochs)):
         with pytest.raises(FencedWriterError) as err:
             attempt()
-        assert (err.value.tp, err.value.ours, err.value.recorded) == (T0, 1, None)
+        assert (err.value.table, err.value.tp, err.value.ours, err.value.recorded) == (table.path, T0, 1, None)
     assert DeltaTable(table.path).version() == before and coordinates(table.path) == []
     assert table.recorded_offsets([T0, T1]) == {T0: None, T1: None}
 
@@ -346,7 +346,8 @@ def test_a_writer_holding_no_epoch_for_a_partition_is_refused(table, claimed_by_
     written = []
     with pytest.raises(FencedWriterError) as err:
         table.commit_files([OffsetRange("t", 1, 0, 2), OffsetRange("t", 0, 0, 3)], epochs, written.append)
-    assert (err.value.tp, err.value.ours, err.value.recorded) == (T0, -1, 1 if claimed_by_another else None)
+    assert (err.value.table, err.value.tp, err.value.ours, err.value.recorded) == (
+        table.path, T0, -1, 1 if claimed_by_another else None)
     assert written == [] and coordinates(table.path) == []
     assert table.recorded_offsets([T0, T1]) == {T0: None, T1: None}
 
