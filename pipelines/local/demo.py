@@ -100,7 +100,7 @@ def _run_until_complete(config, expected: int) -> int:
     spark = get_or_create_spark("scg-demo", config.spark_conf())
     say("Spark is up; preparing the Delta tables")
     runner = PipelineRunner.open(config, spark, out=lambda line: print(line, flush=True))
-    done = _all_recorded(runner, config, expected)
+    done = _all_recorded(config, expected)
     deadline = time.monotonic() + FINISH_TIMEOUT_S
     interrupted = threading.Event()
     with _ctrl_c_sets(interrupted):
@@ -132,19 +132,21 @@ def _ctrl_c_sets(event: threading.Event):
         signal.signal(signal.SIGINT, previous)
 
 
-def _all_recorded(runner, config, expected: int):
+def _all_recorded(config, expected: int):
     """A predicate: the table's recorded offsets reach the log end of every partition."""
     from groupmgr.core import TopicPartition
     from pipelines.runtime.broker_probe import log_end_offsets
+    from sinks.txn_table import read_recorded_offsets
 
     topic = config.topics[0]
     partitions = [TopicPartition(topic, p) for p in range(_partition_count(config, topic))]
     latest = log_end_offsets(config.kafka.confluent_config(), partitions)
 
     def done() -> bool:
-        recorded = runner.tables.table.recorded_offsets(partitions)
+        recorded = read_recorded_offsets(config.sink.path, config.name, partitions,
+                                         config.storage.delta_storage_options())
         return sum(latest.values()) == expected and all(
-            (recorded[tp] or 0) >= latest[tp] for tp in partitions)
+            (recorded.get(tp) or 0) >= latest[tp] for tp in partitions)
     return done
 
 
