@@ -1,5 +1,5 @@
 """Warm-up benchmark (not a test): how long a fresh `scg run` member takes from "starting query"
-to its first committed batch, with the runner's warm-up (PipelineRunner._warm_up, the default) and
+to its first committed batch, with the runner's warm-up (the spark-kafka reader mode's warm-up, the default) and
 without it (patched out in the member process), alternating in the same run against one local
 broker. Also reported: the time from process start to "starting query" (the warm-up runs before
 the member joins, so it delays that).
