@@ -249,6 +249,11 @@ def prepare(root: Path, work: Path, modules: tuple[str, ...], tree: str) -> str:
         "pytest_add_cli_args": "\n-p\nno:cacheprovider",
         "do_not_mutate_patterns": "\n" + "\n".join(DO_NOT_MUTATE),
         "use_git_change_detection": "false",
+        # Each mutant's tests run in a process forked from a server that has run no test: a process
+        # forked after deltalake started its tokio runtime cannot use deltalake (it panics on the
+        # new pid), so with mutmut's default every test writing a Delta table failed in every
+        # mutant's process and the mutant counted as killed.
+        "process_isolation": "forkserver",
     }
     with open(work / "setup.cfg", "w") as f:
         cfg.write(f)
