@@ -206,8 +206,7 @@ class TxnDeltaTable:
         """The ``topic, partition, offset`` of the rows this table holds within ``ranges`` (read on
         this process: for small selections, e.g. a replayed batch's dead letters)."""
         if not ranges:
-            return pa.table({c: [] for c in ("topic", "partition", "offset")},
-                            schema=self.schema.select(["topic", "partition", "offset"]))
+            return pa.schema([self.schema.field(c) for c in ("topic", "partition", "offset")]).empty_table()
         predicate = None
         for rng in ranges:
             test = ((ds.field("topic") == rng.topic) & (ds.field("partition") == rng.partition)

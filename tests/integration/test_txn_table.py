@@ -378,3 +378,203 @@ def test_record_partitions_refuses_a_partition_the_writer_never_claimed(table):
         table.record_partitions({**epochs, T0: 1}, {}, {T0: 11}, None)
     assert DeltaTable(table.path).version() == before
     assert table.recorded_topic_ids([T0]) == {T0: None}
+
+
+# -- what each commit records, and the plan of a batch over several partitions -------------------
+def _log_actions(path, kind: str) -> list[dict]:
+    import json
+    from pathlib import Path
+
+    actions = []
+    for commit in sorted(Path(path, "_delta_log").glob("*.json")):
+        actions += [json.loads(line)[kind] for line in commit.read_text().splitlines() if kind in json.loads(line)]
+    return actions
+
+
+def test_a_replayed_partition_does_not_stop_the_partitions_after_it(table):
+    """invariant 3: per partition; a full replay of T0 leaves T1 (next in the batch) to be written."""
+    epochs = table.claim([T0, T1])
+    table.commit(rows(T0, range(3)), [OffsetRange("t", 0, 0, 3)], epochs)
+    result = table.commit(pa.concat_tables([rows(T0, range(3)), rows(T1, range(2))]),
+                          [OffsetRange("t", 0, 0, 3), OffsetRange("t", 1, 0, 2)], epochs)
+    assert (result.rows_written, result.rows_skipped, result.replayed) == (2, 3, (T0,))
+    assert table.recorded_offsets([T0, T1]) == {T0: 3, T1: 2}
+
+
+def test_a_partition_recorded_exactly_at_the_batch_start_is_written_not_replayed(table):
+    """invariant 3: recorded == start is the ordinary case (nothing of the batch is in the table
+    yet), so the batch is not reported as a replay of it; recorded inside the range is one."""
+    epochs = table.claim([T0, T1])
+    table.commit(pa.concat_tables([rows(T0, range(3)), rows(T1, range(1))]),
+                 [OffsetRange("t", 0, 0, 3), OffsetRange("t", 1, 0, 1)], epochs)
+    result = table.commit(pa.concat_tables([rows(T0, range(3, 5)), rows(T1, range(0, 2))]),
+                          [OffsetRange("t", 0, 3, 5), OffsetRange("t", 1, 0, 2)], epochs)
+    assert (result.replayed, result.rows_written, result.rows_skipped) == ((T1,), 3, 1)
+    assert table.plan([OffsetRange("t", 0, 5, 6)], epochs).replayed == ()
+
+
+def test_a_gap_names_the_table_that_refused(table):
+    epochs = table.claim([T0])
+    table.commit(rows(T0, range(2)), [OffsetRange("t", 0, 0, 2)], epochs)
+    with pytest.raises(OffsetGapError) as err:
+        table.plan([OffsetRange("t", 0, 3, 4)], epochs)
+    assert (err.value.table, err.value.range, err.value.recorded) == (table.path, OffsetRange("t", 0, 3, 4), 2)
+
+
+def test_the_version_a_commit_reports_is_its_own_when_another_writer_commits_right_after(tmp_path, monkeypatch):
+    """The commit is found by its own marker: a commit another writer (without one) makes right
+    after ours is not taken for it."""
+    from deltalake import write_deltalake
+
+    table = TxnDeltaTable(str(tmp_path / "t"), "app", SCHEMA)
+    epochs = table.claim([T0])
+    real = TxnDeltaTable._try_commit
+
+    def then_another_writer(self, *args, **kwargs):
+        done = real(self, *args, **kwargs)
+        write_deltalake(self.path, rows(T1, [9]), mode="append")
+        return done
+
+    monkeypatch.setattr(TxnDeltaTable, "_try_commit", then_another_writer)
+    result = table.commit(rows(T0, range(2)), [OffsetRange("t", 0, 0, 2)], epochs)
+    assert DeltaTable(table.path).version() == result.table_version + 1
+
+
+def test_a_commit_adds_its_files_as_new_data_with_statistics_and_a_modification_time(table):
+    """Delta readers rely on the add actions: ``dataChange`` true (a streaming reader skips the
+    others), per-file statistics (data skipping, row counts), a modification time in ms."""
+    import time
+
+    epochs = table.claim([T0])
+    before = int(time.time() * 1000)
+    table.commit(rows(T0, range(3)), [OffsetRange("t", 0, 0, 3)], epochs)
+    after = int(time.time() * 1000)
+    adds = _log_actions(table.path, "add")
+    assert len(adds) == 1 and adds[0]["dataChange"] is True
+    assert before <= adds[0]["modificationTime"] <= after
+    actions = DeltaTable(table.path).get_add_actions(flatten=True)
+    assert actions["num_records"].to_pylist() == [3] and actions["max.offset"].to_pylist() == [2]
+
+
+def test_every_transaction_records_when_it_was_written(table):
+    import time
+
+    before = int(time.time() * 1000)
+    epochs = table.claim([T0])
+    table.commit(rows(T0, range(1)), [OffsetRange("t", 0, 0, 1)], epochs)
+    table.record_partitions(epochs, {}, {T0: 7}, None)
+    after = int(time.time() * 1000)
+    txns = _log_actions(table.path, "txn")
+    assert {t["appId"] for t in txns} == {table.owner_app_id(T0), table.offset_app_id(T0), table.topic_id_app_id(T0)}
+    assert all(before <= t["lastUpdated"] <= after for t in txns), txns
+
+
+def test_a_commit_reports_its_time_and_the_rows_it_wrote_per_counted_value(tmp_path):
+    import time
+
+    table = TxnDeltaTable(str(tmp_path / "t"), "app", SCHEMA, count_by="v")
+    epochs = table.claim([T0])
+    started = time.monotonic()
+    result = table.commit(rows(T0, [0, 1]), [OffsetRange("t", 0, 0, 2)], epochs)
+    assert 0 < result.commit_s <= time.monotonic() - started
+    assert result.counts == {"v0": 1, "v1": 1}
+
+
+def test_a_conflicting_commit_is_retried_after_a_growing_pause(table, monkeypatch):
+    import sinks.txn_table as txn_table
+
+    epochs = table.claim([T0])
+    pauses, attempts = [], []
+    real = TxnDeltaTable._try_commit
+    monkeypatch.setattr(txn_table.time, "sleep", pauses.append)
+    monkeypatch.setattr(TxnDeltaTable, "_try_commit",
+                        lambda self, *a, **k: attempts.append(1) is None and len(attempts) > 2 and real(self, *a, **k))
+    result = table.commit(rows(T0, range(2)), [OffsetRange("t", 0, 0, 2)], epochs)
+    assert result.rows_written == 2 and pauses == [0.05, 0.1]
+
+
+def test_a_file_writer_writes_the_tables_files_with_its_options(tmp_path):
+    from sinks.data_files import DataFileWriter
+
+    table = TxnDeltaTable(str(tmp_path / "t"), "app", SCHEMA, partition_by=("partition",),
+                          storage_options={"timeout": "10s"}, count_by="v")
+    assert table.file_writer() == DataFileWriter(table.path, SCHEMA, ("partition",), {"timeout": "10s"}, "part",
+                                                 count_by="v")
+    assert table.file_writer("part-b7").file_prefix == "part-b7"
+    assert table.file_writer().storage_options == {"timeout": "10s"}
+
+
+def test_coordinates_are_the_rows_held_within_the_ranges(table):
+    """Half-open ranges per (topic, partition): a dead-letter decision covers exactly them."""
+    epochs = table.claim([T0, T1])
+    table.commit(pa.concat_tables([rows(T0, range(6)), rows(T1, range(6))]),
+                 [OffsetRange("t", 0, 0, 6), OffsetRange("t", 1, 0, 6)], epochs)
+    held = table.coordinates([OffsetRange("t", 0, 2, 4), OffsetRange("t", 1, 4, 5)])
+    assert held.column_names == ["topic", "partition", "offset"]
+    assert sorted(zip(*(held[c].to_pylist() for c in held.column_names))) == [("t", 0, 2), ("t", 0, 3), ("t", 1, 4)]
+    assert table.coordinates([OffsetRange("u", 0, 0, 9)]).num_rows == 0
+    empty = table.coordinates([])
+    assert empty.num_rows == 0 and empty.schema == pa.schema([SCHEMA.field(c) for c in ("topic", "partition", "offset")])
+
+
+def test_a_table_that_is_not_created_is_reported_by_the_storage_with_its_options(tmp_path, monkeypatch):
+    """When the table is still missing after every attempt to create it, the last open, with the
+    table's path and options, raises the storage's own error."""
+    import sinks.txn_table as txn_table
+    from deltalake.exceptions import TableNotFoundError
+
+    opened = []
+
+    def missing(path, storage_options=None):
+        opened.append((path, storage_options))
+        raise TableNotFoundError("no table")
+
+    monkeypatch.setattr(txn_table, "DeltaTable", missing)
+    monkeypatch.setattr(txn_table, "write_deltalake", lambda *a, **k: None)
+    table = TxnDeltaTable(str(tmp_path / "t"), "app", SCHEMA, storage_options={"timeout": "10s"})
+    with pytest.raises(TableNotFoundError):
+        table.snapshot()
+    assert opened == [(table.path, {"timeout": "10s"})] * (txn_table.COMMIT_ATTEMPTS + 1)
+
+
+@pytest.mark.parametrize("step", ["open", "commit", "read"])
+def test_a_storage_failure_names_the_table_and_the_storages_reason(tmp_path, monkeypatch, step):
+    import sinks.txn_table as txn_table
+    from sinks.txn_table import StorageUnavailable
+
+    table = TxnDeltaTable(str(tmp_path / "t"), "app", SCHEMA)
+    epochs = table.claim([T0])
+
+    def refuse(*args, **kwargs):
+        raise OSError("Access Denied")
+
+    if step == "open":
+        monkeypatch.setattr(txn_table, "DeltaTable", refuse)
+        attempt = table.snapshot
+    elif step == "commit":
+        monkeypatch.setattr(DeltaTable, "create_write_transaction", refuse)
+        attempt = lambda: table.commit(rows(T0, [0]), [OffsetRange("t", 0, 0, 1)], epochs)  # noqa: E731
+    else:
+        monkeypatch.setattr(DeltaTable, "to_pyarrow_dataset", refuse)
+        attempt = lambda: table.coordinates([OffsetRange("t", 0, 0, 1)])  # noqa: E731
+    with pytest.raises(StorageUnavailable) as err:
+        attempt()
+    assert (err.value.path, err.value.reason) == (table.path, "Access Denied")
+
+
+def test_creating_a_table_another_member_created_first_is_no_error(tmp_path):
+    first, second = (TxnDeltaTable(str(tmp_path / "t"), "app", SCHEMA) for _ in range(2))
+    first.snapshot()
+    second._create()
+    assert DeltaTable(first.path).version() == 0
+
+
+def test_a_partitioned_table_takes_commits_into_its_partitions(tmp_path):
+    table = TxnDeltaTable(str(tmp_path / "t"), "app", SCHEMA, partition_by=("partition",))
+    epochs = table.claim([T0, T1])
+    table.commit(pa.concat_tables([rows(T0, range(2)), rows(T1, range(1))]),
+                 [OffsetRange("t", 0, 0, 2), OffsetRange("t", 1, 0, 1)], epochs)
+    snapshot = DeltaTable(table.path)
+    assert snapshot.metadata().partition_columns == ["partition"]
+    assert sorted(p["partition"] for p in snapshot.partitions()) == ["0", "1"]
+    assert coordinates(table.path) == [("t", 0, 0), ("t", 0, 1), ("t", 1, 0)]
