@@ -385,3 +385,36 @@ def test_a_metrics_port_in_use_ends_the_member_before_it_joins():
         with pytest.raises(MetricsPortInUse):
             h.runner.run(threading.Event())
     assert h.member.calls == ["close"] and h.reader.started == []
+
+
+def test_a_scrape_answers_at_once_while_a_rebalance_holds_the_runner():
+    """A listener stuck stopping the query (a batch that does not end) holds the runner's lock:
+    the metrics and both probes still answer, with the last known values."""
+    import urllib.request
+
+    from pipelines.runtime.member_probes import MemberProbes
+    from pipelines.runtime.metrics import MemberMetrics, MetricsServer
+
+    stopping, release = threading.Event(), threading.Event()
+
+    class StuckQuery(RunningQuery):
+        def stop(self):
+            stopping.set()
+            release.wait(30)
+
+    metrics = MemberMetrics("p", "g", "m")
+    h = Harness(StuckQuery(), metrics=metrics)
+    h.assign(1, TPS)
+    probes = MemberProbes(h.runner.supervisor, h.member, h.owned, lambda: True, lambda: h.reader.query is not None)
+    server = MetricsServer(metrics.registry, probes.healthy, probes.ready, "127.0.0.1", 0).start()
+    revoking = threading.Thread(target=h.runner.on_revoked, args=(TPS,), daemon=True)
+    try:
+        revoking.start()
+        assert stopping.wait(10)  # the listener now holds the runner's lock inside the stop
+        for path in ("/metrics", "/healthz", "/readyz"):
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=5) as answer:
+                assert answer.status == 200
+    finally:
+        release.set()
+        revoking.join(10)
+        server.stop()
