@@ -70,7 +70,7 @@ class CountedBatch(ArrowBatch):
 @pytest.fixture
 def targets(tmp_path):
     table = TxnDeltaTable(str(tmp_path / "out"), "orders", OUT)
-    dead = TxnDeltaTable(str(tmp_path / "dead"), "orders", DEAD)
+    dead = TxnDeltaTable(str(tmp_path / "dead"), "orders", DEAD, count_by="reason")
     return TableTargets(table, dead, table.claim([T0, T1]), dead.claim([T0, T1]))
 
 
@@ -114,8 +114,8 @@ def test_hooks_the_source_check_and_the_report_see_the_batch(targets, monkeypatc
     assert [c for c in calls if c[0] == "files"] == [("files", 7, ranges, 1), ("files", 7, ranges, 2)]
     assert calls.index(("source", ranges)) < calls.index(("files", 7, ranges, 2))
     report = seen["reports"][0]
-    assert (report.batch_id, report.ranges, report.rows_written, report.dead_letters, report.kafka_committed) == (
-        7, ranges, 2, 1, True)
+    assert (report.batch_id, report.ranges, report.rows_written, report.dead_letters, report.kafka_committed,
+            report.dead_letter_reasons) == (7, ranges, 2, 1, True, {"null_value": 1})
     assert report.delta_version == DeltaTable(targets.table.path).version()
     assert 0 < report.duration_s <= elapsed
     assert report.commit_s == pytest.approx(sum(r.commit_s for r in results)) and report.commit_s > 0
