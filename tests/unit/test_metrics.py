@@ -142,18 +142,19 @@ def probes(state=QueryState.RUNNING, member=MemberState.STABLE, owned=(A, B), st
 
 
 def test_health_fails_once_the_member_or_its_query_ended():
-    assert probes().healthy().ok
-    assert not probes(state=QueryState.FAILED).healthy().ok
-    assert not probes(member=MemberState.FAILED).healthy().ok
-    assert not probes(member=MemberState.CLOSED).healthy().ok
-    assert probes(state=QueryState.RESTARTING).healthy().ok  # a transient fault is not death
+    assert probes().healthy() == Probe(True, "member stable, query running")
+    assert probes(state=QueryState.FAILED).healthy() == Probe(False, "a failure a person must fix ends the member")
+    assert probes(member=MemberState.FAILED).healthy() == Probe(False, "the group member is failed")
+    assert probes(member=MemberState.CLOSED).healthy() == Probe(False, "the group member is closed")
+    assert probes(state=QueryState.RESTARTING).healthy().ok is True  # a transient fault is not death
+    assert probes(member=None).healthy() == Probe(True, "member starting, query running")
 
 
 def test_ready_once_joined_and_reading_or_deliberately_idle():
-    assert not probes(joined=False).ready().ok
+    assert probes(joined=False).ready() == Probe(False, "not joined yet (warming up or joining the group)")
     assert probes().ready() == Probe(True, "reading 2 of 2 partition(s)")
     assert probes(stopped=(B,)).ready() == Probe(True, "reading 1 of 2 partition(s)")
-    assert probes(owned=(), state=QueryState.IDLE).ready().ok
-    assert not probes(state=QueryState.STARTING).ready().ok
-    assert not probes(state=QueryState.RESTARTING).ready().ok
-    assert not probes(query=False).ready().ok
+    assert probes(owned=(), state=QueryState.IDLE).ready() == Probe(True, "joined; no partition assigned")
+    assert probes(state=QueryState.STARTING).ready() == Probe(False, "query starting")
+    assert probes(state=QueryState.RESTARTING).ready() == Probe(False, "query restarting")
+    assert probes(query=False).ready() == Probe(False, "query running")

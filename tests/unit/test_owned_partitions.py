@@ -10,7 +10,7 @@ from deltalake import DeltaTable
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.batch_writer import TableTargets
 from pipelines.runtime.broker_probe import ProbeResult
-from pipelines.runtime.owned_partitions import STOPPED_RECHECK, OwnedPartitions, PartitionChecks
+from pipelines.runtime.owned_partitions import STOPPED_RECHECK, OwnedPartitions, PartitionChecks, StoppedPartition
 from pipelines.runtime.partition_checks import DATA_LOSS_REASON, PartitionLog, PartitionVerdict, topic_fingerprint
 from sinks.txn_table import TxnDeltaTable
 from tests.support.fake_clock import FakeClock
@@ -34,11 +34,11 @@ class Brokers:
                            {tp: "LEADER_NOT_AVAILABLE" for tp in partitions if not self.logs.get(tp)})
 
 
-def owned(tmp_path, logs, on_data_loss="skip", committed=None, clock=None):
+def owned(tmp_path, logs, on_data_loss="skip", committed=None, clock=None, starting_offsets="earliest"):
     tables = SimpleNamespace(table=TxnDeltaTable(str(tmp_path / "out"), "app", OUTPUT),
                              dead_table=TxnDeltaTable(str(tmp_path / "dead"), "app", DEAD))
     lines, commits = [], []
-    source = SimpleNamespace(starting_offsets="earliest", on_data_loss=on_data_loss)
+    source = SimpleNamespace(starting_offsets=starting_offsets, on_data_loss=on_data_loss)
     parts = OwnedPartitions(tables, source, lambda partitions: dict(committed or {}), Brokers(logs).describe,
                             lambda offsets, metadata: commits.append((dict(offsets), metadata)) or True,
                             lines.append, clock or FakeClock(), wall_clock_ms=lambda: 1_700_000_000_000)
@@ -146,3 +146,70 @@ def test_a_stopped_partition_no_longer_owned_is_not_rechecked(tmp_path):
     asked = []
     parts.check = lambda partitions: asked.append(partitions) or PartitionChecks([])
     assert not parts.recheck_due() and asked == [] and parts.stopped == {}
+
+
+def test_a_reset_names_its_events_in_both_tables_history(tmp_path):
+    parts, tables, _, _ = owned(tmp_path, {TP: PartitionLog(0, 2, NEW_ID)})
+    epochs = tables.table.claim([TP])
+    tables.table.record_partitions(epochs, {TP: 8}, {TP: OLD_ID})
+    checks = start(parts, tables)
+    detail = checks.verdicts[0].detail
+    for path in (tables.table.path, tables.dead_table.path):
+        last = DeltaTable(path).history(1)[0]
+        assert last["scg.event"] == "TOPIC_RECREATED" and last["scg.detail"] == detail
+
+
+def test_where_each_start_came_from(tmp_path):
+    from groupmgr.offsets import OffsetAndMetadata
+
+    B = TopicPartition("t", 1)
+    parts, tables, _, _ = owned(tmp_path, {TP: PartitionLog(2, 10, OLD_ID), B: PartitionLog(2, 10, OLD_ID)},
+                                committed={TP: OffsetAndMetadata(6, "delta:3", leader_epoch=1)},
+                                starting_offsets="latest")
+    checks = start(parts, tables, (TP, B))
+    by_tp = {v.tp: v for v in checks.verdicts}
+    assert by_tp[TP].offset == 6 and checks.origin(by_tp[TP]) == "kafka"      # the group's commit
+    assert by_tp[B].offset == 10 and checks.origin(by_tp[B]) == "latest"      # the policy: the log end
+    epochs = tables.table.claim([TP])
+    tables.table.record_partitions(epochs, {TP: 4}, {})
+    again = start(parts, tables, (TP,))
+    assert again.verdicts[0].offset == 4 and again.origin(again.verdicts[0]) == "delta"
+    assert again.recorded_offsets == {TP: 4}
+    recreated = PartitionVerdict(TP, 0, events=("TOPIC_RECREATED", "LOG_TRUNCATED"))
+    assert again.origin(recreated) == "log_truncated"                          # the last rule that moved it
+
+
+def test_a_lost_range_marker_is_stamped_when_it_was_found(tmp_path):
+    import datetime as dt
+    import json
+
+    parts, tables, _, _ = owned(tmp_path, {TP: PartitionLog(5, 10, OLD_ID)})
+    epochs = tables.table.claim([TP])
+    tables.table.record_partitions(epochs, {TP: 2}, {TP: OLD_ID})
+    start(parts, tables)
+    row = DeltaTable(tables.dead_table.path).to_pyarrow_table().to_pylist()[0]
+    assert row["timestamp"] == dt.datetime.fromtimestamp(1_700_000_000, dt.timezone.utc)
+    assert row["key"] is None and json.loads(row["value"])["detected_at_ms"] == 1_700_000_000_000
+
+
+def test_a_recheck_that_fails_keeps_the_partition_stopped_with_its_condition(tmp_path):
+    clock = FakeClock()
+    parts, _, lines, _ = owned(tmp_path, {TP: None}, clock=clock)
+    B = TopicPartition("t", 1)
+    parts.assign([TP, B])
+    parts.note_stopped(PartitionChecks([PartitionVerdict(TP, None, "LEADER_NOT_AVAILABLE", "x"),
+                                        PartitionVerdict(B, None, "KAFKA_DATA_LOSS", "y")]))
+    since = parts.stopped[TP].since
+    parts.stopped[B] = StoppedPartition(parts.stopped[B].verdict, since, clock() + 3600, 1)  # not due
+    clock.advance(STOPPED_RECHECK.delay(1, 1.0))
+
+    def failing(partitions):
+        assert tuple(partitions) == (TP,)  # only the due one is asked about
+        raise RuntimeError("brokers unreachable")
+
+    parts.check = failing
+    assert not parts.recheck_due()
+    assert parts.stopped[TP].verdict.condition == "LEADER_NOT_AVAILABLE" and parts.stopped[TP].checks == 2
+    assert parts.stopped[TP].since == since and B in parts.stopped
+    assert [v.tp for v in parts.stopped_except([TP])] == [B]
+    assert not any("resumes" in line for line in lines)

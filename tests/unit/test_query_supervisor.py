@@ -110,3 +110,56 @@ def test_unrecognised_failures_fail_after_the_limit():
     for _ in range(2):
         assert not s.query_failed(unknown).give_up
     assert s.query_failed(unknown).give_up and s.state is QueryState.FAILED
+
+
+def test_the_first_start_is_due_at_once_and_counts_nothing_yet():
+    clock = FakeClock(now=0.0)
+    s = supervisor(clock)
+    assert s.state is QueryState.IDLE and s.retry_at == 0.0 and not s.closing and s.committed_batches == 0
+    s.assigned(True)
+    assert s.start_due()            # at time 0: no wait before the first start
+    s.started(running=False)
+    assert s.state is QueryState.IDLE  # every owned partition stopped: nothing runs
+    s.may_run_again()
+    assert s.state is QueryState.STARTING and s.start_due()
+
+
+def test_committed_batches_are_counted_one_by_one():
+    s = supervisor()
+    s.batch_committed()
+    s.batch_committed()
+    assert s.committed_batches == 2
+
+
+def test_a_revocation_leaves_a_running_query_running_and_an_absent_one_idle():
+    s = supervisor()
+    s.assigned(True)
+    s.started(running=True)
+    s.dropped(query_running=True)
+    assert s.state is QueryState.RUNNING
+    s.dropped(query_running=False)
+    assert s.state is QueryState.IDLE
+    s.query_ended(refused=True)
+    s.dropped(query_running=False)
+    assert s.state is QueryState.FENCED  # a fenced member waits for its next assignment
+
+
+def test_closing_stops_a_pending_start_but_not_a_running_query():
+    s = supervisor()
+    s.assigned(True)
+    s.started(running=True)
+    s.close()
+    assert s.state is QueryState.RUNNING and s.closing
+    other = supervisor()
+    other.assigned(True)
+    other.close()
+    assert other.state is QueryState.IDLE
+
+
+def test_a_failed_query_is_named_as_such_in_the_retry():
+    retries = []
+    s = supervisor(retries=retries)
+    s.assigned(True)
+    s.started(running=True)
+    s.query_failed(Failure(TRANSIENT))
+    assert retries[-1][0] == "query failed" and s.state is QueryState.RESTARTING
