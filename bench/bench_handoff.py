@@ -1,4 +1,5 @@
-"""Hand-off benchmark for issue 12 (not a test; the numbers depend on the machine and its load).
+"""Hand-off benchmark: how long partitions pause when the group rebalances (not a test; the
+numbers depend on the machine and its load).
 It compares the cooperative hand-off (``group.assignor: cooperative-sticky``) with the eager one
 (the pipeline default, ``range``). Both run in the same invocation against one local broker, so
 compare the cooperative/eager ratios rather than the absolute seconds.
@@ -404,7 +405,7 @@ EVENT_NAMES = {"join": "a member joins", "leave": "a member leaves (SIGTERM)", "
 def markdown(results: dict) -> str:
     modes = [m for m in MODES if m in results["modes"]]
     compared = [m for m in modes if m != "eager"] if "eager" in modes else []
-    out = [f"# Hand-off benchmark (issue 12): {' vs '.join(MODE_TITLES[m] for m in modes)}, same run", "",
+    out = [f"# Hand-off benchmark: {' vs '.join(MODE_TITLES[m] for m in modes)}, same run", "",
            f"{results['partitions']} partitions, {results['members']} members to start "
            f"(`scg run`, one Spark driver each on `local[1]`), SteadyProducer at {results['rate']} records/s, "
            f"trigger 500 ms, session_timeout 6 s, {results['cpu_count']} CPUs "
@@ -414,7 +415,7 @@ def markdown(results: dict) -> str:
            "Events in order: a member joins; the member with the fewest partitions leaves (SIGTERM); "
            "the first member is SIGKILLed. Each line is stamped when the bench reads it.",
            "",
-           "Targets (issue 12): partitions that stay pause 0 s (their batches go on at every trigger); "
+           "Targets: partitions that stay pause 0 s (their batches go on at every trigger); "
            "partitions that move flow in the new owner ≤ 2 s after they are released. "
            "Release is the old owner's `revoked` line, or for a member that left or was killed, "
            "the group's rebalance (the first `revoked`/`assigned` line of a surviving member). "

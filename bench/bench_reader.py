@@ -1,4 +1,4 @@
-"""Ingest throughput of the two readers into the same sink (issue 12; not a test). One broker, the
+"""Ingest throughput of the two readers into the same sink (not a test). One broker, the
 same records for every variant, interleaved repetitions in one Spark driver on ``local[2]``
 (bench/e2e_case.py, a fresh subprocess):
 
@@ -88,7 +88,7 @@ def summary(local: dict) -> dict:
 
 
 def markdown(results: dict) -> str:
-    out = ["# Reader throughput (issue 12): scg-kafka vs Spark's Kafka source, same sink, same run", "",
+    out = ["# Reader throughput: scg-kafka vs Spark's Kafka source, same sink, same run", "",
            f"local[2], {results['partitions']} partitions, max_offsets_per_trigger {results['max_offsets_per_trigger']:,}, "
            f"{results['reps']} interleaved repetitions (median), {results['cpu_count']} CPUs "
            f"(load average {results['load_average_start'][0]:.1f} at the start), wall "

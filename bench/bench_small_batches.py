@@ -114,7 +114,7 @@ def markdown(results: dict) -> str:
     rows = [("steady batch, median (s)", "batch_s_median", "{:.2f}"),
             ("records per batch, median", "records_median", "{:.0f}"),
             ("output files per batch", "files_per_batch", "{:.1f}")]
-    lines = ["# Small batches (issue 12): scg-kafka's tasks per core vs one task per Kafka partition", "",
+    lines = ["# Small batches: scg-kafka's tasks per core vs one task per Kafka partition", "",
              f"{results['partitions']} partitions, SteadyProducer at {results['rate']} records/s, one `scg run` member "
              f"on `local[1]` (reader scg-kafka, trigger 500 ms) per variant and rep, {results['reps']} reps alternating, "
              f"medians over batches {results['skip']}–{results['batches']} of each member; {results['cpu_count']} CPUs "

@@ -30,7 +30,7 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
-# What is mutated: the core decision code (issue 13). Each module is mutated against the fast tests;
+# What is mutated: the core decision code. Each module is mutated against the fast tests;
 # mutmut picks, per mutated function, only the tests that call it.
 MODULES = (
     "groupmgr/assignors/api.py",

@@ -13,6 +13,7 @@ import sys
 
 from groupmgr.core import ExitCategory, ScgError
 from pipelines.cli.arguments import ArgumentParser, positive_int, tcp_port
+from pipelines.runtime.install_paths import package_version
 
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
 
@@ -67,16 +68,6 @@ def build_parser() -> argparse.ArgumentParser:
     reset.add_argument("--force", action="store_true",
                        help="even while the group has members: fence them, remove them from the group")
     return parser
-
-
-def package_version() -> str:
-    """The installed version of spark-consumer-groups."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("spark-consumer-groups")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:

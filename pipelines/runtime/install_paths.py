@@ -41,6 +41,16 @@ class JarsNotInstalledError(ScgError):
             "a checkout).")
 
 
+def package_version() -> str:
+    """The installed version of spark-consumer-groups ("unknown (not installed)" outside an install)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("spark-consumer-groups")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def conf_dir() -> Path:
     """The configuration files shipped with the package (package data, ``pipelines/resources/``):
     ``jvm/`` (the JVM dependency pins and Maven settings), the log4j2 properties of the local

@@ -39,6 +39,7 @@ from pipelines.runtime.batch_writer import NO_HOOKS, BatchHooks, BatchReport
 from pipelines.runtime.broker_probe import BrokerProbe
 from pipelines.runtime.failure_rules import RestartPolicy, classify_failure
 from pipelines.runtime.hadoop_fs import HadoopFileSystem
+from pipelines.runtime.install_paths import package_version
 from pipelines.runtime.membership import OffsetCommitter, ServerAssignmentWatch, group_member_factory
 from pipelines.runtime.member_probes import MemberProbes
 from pipelines.runtime.metrics import MemberMetrics, MetricsServer, Probe, member_label
@@ -264,7 +265,7 @@ class PipelineRunner:
                               lambda: self.reader.query is not None)
         self.server = self._serve(probes.healthy, probes.ready).start()
         self.progress.note(f"metrics and probes on port {self.server.port} (/metrics, /healthz, /readyz)")
-        self.metrics.describe(version=_version(), assignors=",".join(self.config.group.assignors),
+        self.metrics.describe(version=package_version(), assignors=",".join(self.config.group.assignors),
                               reader=self.config.source.reader, protocol=getattr(self.member, "protocol", ""))
 
     def _observe(self) -> None:
@@ -332,15 +333,6 @@ class PipelineRunner:
         self.progress.batch(report, lag)
         if self.metrics is not None:
             self.metrics.batch(report, lag)
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("spark-consumer-groups")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def _cause(failure: BaseException | None, error: BaseException) -> BaseException:
