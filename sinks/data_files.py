@@ -183,10 +183,10 @@ class OpenFileSet:
             self._fs = FILE_SYSTEMS.get(self.writer.table_uri, self.writer.storage_options)
         return self._fs
 
-    def add(self, batch: pa.RecordBatch) -> None:
+    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
         """Write ``batch``'s rows (those ``keep_from`` keeps) into the file of their partition values."""
         writer = self.writer
-        table = pa.Table.from_batches([batch]).cast(writer.schema)
+        table = (batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])).cast(writer.schema)
         if self.keep_from is not None:
             kept = table.filter(_keep_mask(table, self.keep_from))
             self.skipped += table.num_rows - kept.num_rows

@@ -166,6 +166,14 @@ def source_options(client_config: Mapping[str, object], assignment_file: str | o
     return options
 
 
+def reader_client_config(options: Mapping[str, str]) -> dict[str, str]:
+    """The librdkafka settings the source's options give its readers (and its planner)."""
+    config = {k[len(KAFKA_PREFIX):]: v for k, v in options.items() if k.startswith(KAFKA_PREFIX)}
+    # Spark's Kafka source reads with the Java client's default; librdkafka's is read_committed
+    config.setdefault("isolation.level", "read_uncommitted")
+    return config
+
+
 def _headers(options: Mapping[str, str]) -> bool:
     return options.get(HEADERS_OPTION, "false").strip().lower() == "true"
 
@@ -191,9 +199,7 @@ class AssignedKafkaReader(DataSourceStreamReader):
     def __init__(self, options: Mapping[str, str], probe=None):
         """``probe``: how the planner asks the brokers for log ends (default: a BrokerProbe made
         at first use from the ``kafka.*`` options)."""
-        self.client_config = {k[len(KAFKA_PREFIX):]: v for k, v in options.items() if k.startswith(KAFKA_PREFIX)}
-        # Spark's Kafka source reads with the Java client's default; librdkafka's is read_committed
-        self.client_config.setdefault("isolation.level", "read_uncommitted")
+        self.client_config = reader_client_config(options)
         self.assignment_file = AssignmentFile(options[ASSIGNMENT_OPTION])
         self.headers = _headers(options)
         self.task_slots = max(1, int(options.get(SLOTS_OPTION, "1")))

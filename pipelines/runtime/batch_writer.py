@@ -283,7 +283,13 @@ def warm_up_batch(kafka_rows, fmt: RecordFormat, transform: str | None, tables: 
     files included, keeping no partition (``keep_from`` is empty): no file is created, nothing is
     committed anywhere. Then both tables' latest snapshots are read, as a batch's plans read
     them (this process's Delta log reading is warm too)."""
-    batch = SparkBatch(kafka_rows, fmt, transform)
+    rehearse_batch(SparkBatch(kafka_rows, fmt, transform), tables)
+
+
+def rehearse_batch(batch: PreparedBatch, tables: TableTargets) -> None:
+    """``batch`` through its write path, both tables' files included, keeping no partition
+    (``keep_from`` is empty): no file is created, nothing is committed anywhere; then both
+    tables' latest snapshots are read, as a batch's plans read them."""
     dead, output = (PlannedWrite(table.file_writer(file_prefix="warm-up"), {})
                     for table in (tables.dead_table, tables.table))
     try:
@@ -436,8 +442,10 @@ class BatchWriter:
                  refused: Callable[[int, FencedWriterError], None],
                  hooks: BatchHooks = NO_HOOKS,
                  check_sources: Callable[[tuple[OffsetRange, ...]], None] = lambda ranges: None,
-                 prepare: Callable[[object, frozenset[TopicPartition]], PreparedBatch] | None = None):
-        """``prepare(batch_df, left_out)``: how a micro-batch is planned for writing (default: the
+                 prepare: Callable[[object, tuple[OffsetRange, ...], frozenset[TopicPartition]], PreparedBatch]
+                 | None = None):
+        """``prepare(batch_df, ranges, left_out)``: how a micro-batch over the planned ``ranges``
+        (those of the partitions ``left_out`` taken out) is planned for writing (default: the
         Spark plan of :meth:`_prepare`)."""
         self.fmt, self.transform, self.targets = fmt, transform, targets
         self.offset_log, self.commit_kafka, self.report = offset_log, commit_kafka, report
@@ -490,7 +498,7 @@ class BatchWriter:
 
     def _write(self, batch_df, batch_id: int, ranges: tuple[OffsetRange, ...], started: float,
                left_out: frozenset[TopicPartition]) -> None:
-        batch = self._prepare_batch(batch_df, left_out)
+        batch = self.prepare(batch_df, ranges, left_out)
         source_checked = functools.cache(lambda: self.check_sources(ranges))  # once the rows were read
         try:
             self.hooks.before_commit(batch_id, ranges)
@@ -509,7 +517,12 @@ class BatchWriter:
                                 time.monotonic() - started, result.commit_s + dead_result.commit_s,
                                 committed, dict(dead_result.counts)))
 
-    def _prepare(self, batch_df, left_out: frozenset[TopicPartition]) -> PreparedBatch:
+    def prepare(self, batch_df, ranges: tuple[OffsetRange, ...],
+                left_out: frozenset[TopicPartition] = frozenset()) -> PreparedBatch:
+        """Micro-batch ``batch_df`` over ``ranges``, planned for writing as this writer writes it."""
+        return self._prepare_batch(batch_df, ranges, left_out)
+
+    def _prepare(self, batch_df, ranges: tuple[OffsetRange, ...], left_out: frozenset[TopicPartition]) -> PreparedBatch:
         """The batch as Spark plans it (nothing is computed yet), without the records of the
         partitions ``left_out``."""
         return SparkBatch(without_partitions(batch_df, left_out), self.fmt, self.transform)

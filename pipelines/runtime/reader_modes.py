@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from groupmgr.core import TopicPartition
 from pipelines.runtime import streaming_query as queries
 from pipelines.runtime.assigned_offsets import Assignment, Claim
-from pipelines.runtime.assigned_source import AssignedKafkaSource, AssignmentFile, assigned_source_options
+from pipelines.runtime.arrow_batches import arrow_batches
+from pipelines.runtime.assigned_source import (AssignedKafkaSource, AssignmentFile, assigned_source_options,
+                                              reader_client_config)
 from pipelines.runtime.batch_writer import NO_HOOKS, BatchGate, BatchHooks, BatchReport, BatchWriter, TableTargets
 from pipelines.runtime.checkpoint_log import AssignedOffsetLog, CheckpointOffsetLog
 from pipelines.runtime.owned_partitions import OwnedPartitions, PartitionChecks
@@ -180,12 +182,12 @@ class ReaderMode(abc.ABC):
             raise SourceChanged(TOPIC_RECREATED, f"topic(s) {', '.join(changed)} no longer have the ID the "
                                                  "query started with (deleted, or deleted and created again)")
 
-    def _new_writer(self, targets: TableTargets, offset_log) -> BatchWriter:
+    def _new_writer(self, targets: TableTargets, offset_log, prepare=None) -> BatchWriter:
         ctx = self.ctx
         self.refused_batch = None
         self.writer = BatchWriter(ctx.tables.record_format, ctx.config.transform, targets, offset_log,
                                   ctx.commit, ctx.report, self._on_refused, ctx.hooks,
-                                  check_sources=self.check_sources)
+                                  check_sources=self.check_sources, prepare=prepare)
         return self.writer
 
     def _on_refused(self, batch_id: int, error: Exception) -> None:
@@ -409,12 +411,14 @@ class FollowingQuery(ReaderMode):
         self.task_slots = self.application_cores() or self.task_slots
         self._targets = TableTargets(ctx.tables.table, ctx.tables.dead_table, {}, {})
         checkpoint = self._new_checkpoint(generation)
-        writer = self._new_writer(self._targets, AssignedOffsetLog(checkpoint, ctx.fs.read_text))
-        self.publish()
         trigger = ctx.config.trigger
         options = assigned_source_options(ctx.config.kafka.confluent_config(), self.assignment_file.path,
                                           ctx.config.source, self.task_slots,
                                           None if trigger.available_now else trigger.processing_time_ms)
+        prepare = arrow_batches(ctx.spark, ctx.tables.record_format, ctx.config.transform,
+                                reader_client_config(options), lambda: self.task_slots)
+        writer = self._new_writer(self._targets, AssignedOffsetLog(checkpoint, ctx.fs.read_text), prepare)
+        self.publish()
         self.query = queries.start_assigned_query(ctx.spark, options, writer, checkpoint, ctx.tables.trigger,
                                                   ctx.query_name)
         ctx.progress.note("query started over reader scg-kafka: it reads the group's assignment at every "

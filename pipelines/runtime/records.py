@@ -14,7 +14,9 @@ Dead-letter rule (docs/DESIGN.md invariant 6; a bad record is never dropped sile
   append-only table, so they are recorded as dead letters rather than silently skipped.
 * ``value_too_large`` — the value is longer than ``max_value_bytes`` (a value of exactly
   ``max_value_bytes`` bytes is kept).
-* ``malformed_json`` — the value is not a JSON object (json format only).
+* ``malformed_json`` — the value is not one JSON object in strict JSON (json format only): not
+  valid UTF-8, blank, single-quoted, a bare ``NaN`` or ``Infinity``, nested deeper than 999
+  levels, or followed by anything but whitespace.
 * ``schema_mismatch`` — valid JSON whose fields do not fit the schema's types (json only).
 
 The rule is written once, in :func:`reason_rules`, over a record's facts: Spark columns build the
@@ -53,6 +55,9 @@ class RecordFormat:
     headers: bool = False             # rows carry HEADERS, kept in both tables (source.include_headers)
 
 
+STRICT_JSON = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}  # RFC 8259's JSON
+# (Spark's defaults take 'text', bare NaN / Infinity, and the strings "NaN" and "Infinity" in
+# FLOAT and DOUBLE fields)
 KAFKA_ROW_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
                  "timestamp TIMESTAMP, timestampType INT")  # the rows of Spark's Kafka source
 HEADERS = "headers"
@@ -86,11 +91,11 @@ class RecordColumns:
         else:
             parse_schema = f"{fmt.schema_ddl}, {CORRUPT} STRING"
             parsed = F.from_json(F.col("value").cast("string"), parse_schema,
-                                 {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+                                 {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **STRICT_JSON})
             corrupt = F.col(f"_parsed.{CORRUPT}")
             # Parsed a second time only when the first parse failed: object with wrong types, or not JSON?
             raw_text = F.col("_raw_value").cast("string")
-            is_object = F.when(corrupt.isNotNull(), F.from_json(raw_text, "MAP<STRING, STRING>").isNotNull())
+            is_object = F.when(corrupt.isNotNull(), F.from_json(raw_text, "MAP<STRING, STRING>", STRICT_JSON).isNotNull())
             self.classify_steps = ((*base, parsed.alias("_parsed")),
                                    ("*", _reason(fmt, corrupt, is_object).alias(REASON)))
             fields = DataType.fromDDL(fmt.schema_ddl).fieldNames()
@@ -195,11 +200,24 @@ class _SparkFacts:
 
     @property
     def json_failed_not_object(self) -> Column:
-        return self.corrupt.isNotNull() & ~F.coalesce(self.is_object, F.lit(False))
+        return (self.corrupt.isNotNull() & ~F.coalesce(self.is_object, F.lit(False))) | not_json_text()
 
     @property
     def json_failed(self) -> Column:
-        return self.corrupt.isNotNull()
+        return self.corrupt.isNotNull() | not_json_text()
+
+
+def not_json_text() -> Column:
+    """Whether a classified row's value is no JSON text Spark's parser should have taken
+    (``from_json`` reads empty text as null, replaces invalid UTF-8 and ignores anything after
+    the first value): blank, invalid UTF-8, or more than one value. The last is checked by
+    parsing ``[value]`` as an array of exactly one element (which also refuses values nested
+    deeper than 999 levels, Jackson allowing 1000), so a value that closes that array itself
+    (``{...}],[...``) is read as its first object on this path."""
+    text = F.col("_raw_value").cast("string")
+    one_value = F.json_array_length(F.concat(F.lit("["), text, F.lit("]"))) == 1
+    return (F.col("_parsed").isNull() | F.try_validate_utf8(text).isNull()
+            | ~F.coalesce(one_value, F.lit(False)))
 
 
 def _reason(fmt: RecordFormat, corrupt: Column | None, is_object: Column | None) -> Column:

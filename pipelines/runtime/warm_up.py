@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from groupmgr.core import TopicPartition
 from groupmgr.member_config import subscribed_topics
 from pipelines.runtime import streaming_query as queries
-from pipelines.runtime.batch_writer import TableTargets, warm_up, warm_up_batch
+from pipelines.runtime.batch_writer import TableTargets, rehearse_batch, warm_up, warm_up_batch
 from pipelines.runtime.broker_probe import GROUP_PATIENCE_S
 from pipelines.runtime.warm_up_rounds import WarmUpRounds
 
@@ -185,7 +185,7 @@ class SourceWarmUp:
 class InQueryWarmUp:
     """Reader ``scg-kafka``, before joining, with the member's own query started over no
     partition: claim the last record of the first topic's partition 0 for the query alone and
-    hand the batches that read it to :func:`warm_up_batch` (:meth:`BatchWriter.rehearse`:
+    hand the batches that read it to the writer's batch path (:meth:`BatchWriter.rehearse`:
     nothing written or committed), claiming the then last record again with a new serial after
     each one, for as many batches as :func:`warm_up_rounds` says; then drop the claim and write
     again. The planner, the executors' Python readers, the batch path and the driver's JIT are
@@ -242,7 +242,7 @@ class InQueryWarmUp:
                 return
             began, ok = ctx.clock(), True
             try:
-                warm_up_batch(kafka_rows, ctx.tables.record_format, ctx.config.transform, targets)
+                rehearse_batch(self.query.writer.prepare(kafka_rows, ranges), targets)
             except Exception as exc:  # noqa: BLE001 - advisory: the real batch reports its own failure
                 log.debug("warming up the batch path failed: %s", exc)
                 ok = False

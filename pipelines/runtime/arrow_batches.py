@@ -1,0 +1,128 @@
+"""One micro-batch of an ``scg-kafka`` query without a transform, read, decoded and written in one
+Arrow pass per task on the executors: no record enters the JVM.
+
+Spark still plans the batch (the ``scg-kafka`` source writes its offsets to the checkpoint), and
+schedules and retries its tasks; but the batch's DataFrame is never computed. Instead the batch's
+planned ranges are grouped into tasks as the source groups them
+(:func:`~pipelines.runtime.assigned_offsets.task_groups`), and one Spark job of that many tasks
+(``spark.range(n).mapInArrow``) runs :func:`write_ranges` in each: read each range with
+confluent-kafka (:func:`~pipelines.runtime.kafka_range_reader.read_range`), split every block
+into output rows and dead letters (:class:`~pipelines.runtime.arrow_records.BlockDecoder`) and
+write both tables' Parquet files; the task returns only the files' metadata. The driver commits
+them as for any batch (:class:`~pipelines.runtime.batch_writer.BatchWriter`).
+
+A task holds one block (at most ``FETCH_ROWS`` records and their decoded rows) plus one row group
+per open file. A retried task reads its ranges again and writes new files; the failed attempt's
+files are never committed. The two-pass path (a retry after the dead-letter commit, or a table's
+plan that changed before its commit) reads the batch through Spark SQL
+(:class:`~pipelines.runtime.batch_writer.SparkBatch`), which classifies records by the same rule.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from groupmgr.core import OffsetRange
+from pipelines.runtime.arrow_records import BlockDecoder, arrow_decodable
+from pipelines.runtime.assigned_offsets import task_groups
+from pipelines.runtime.batch_writer import DeadLetterDecisions, BatchRows, PlannedWrite, SparkBatch
+from pipelines.runtime.kafka_range_reader import read_range
+from pipelines.runtime.records import DEAD_LETTER, OUTPUT, RecordFormat
+from sinks.data_files import METADATA_DDL, WrittenFiles, metadata_batch
+
+
+@dataclass(frozen=True)
+class RangesTasks:
+    """What every task of one batch's job gets (picklable): the librdkafka settings (secrets
+    included, never shown), the record format, the tasks' range groups and both tables' writes."""
+
+    client_config: Mapping[str, object] = field(repr=False)
+    fmt: RecordFormat
+    groups: tuple[tuple[OffsetRange, ...], ...]
+    dead: PlannedWrite
+    output: PlannedWrite
+
+
+def write_ranges(tasks: RangesTasks, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """One Spark task (an executor's Python worker): for each group number it is given (the
+    ``id`` of ``spark.range``), read that group's ranges, write both tables' files, and yield
+    their metadata named by table."""
+    decoder = BlockDecoder(tasks.fmt)
+    for batch in batches:
+        for number in batch.column(0).to_pylist():
+            yield from _write_group(tasks, decoder, tasks.groups[number])
+
+
+def _write_group(tasks: RangesTasks, decoder: BlockDecoder, ranges: tuple[OffsetRange, ...]) -> Iterator[pa.RecordBatch]:
+    writes = {DEAD_LETTER: tasks.dead, OUTPUT: tasks.output}
+    files = {name: write.writer.open(write.keep_from) for name, write in writes.items()}
+    try:
+        for rng in ranges:
+            for block in read_range(tasks.client_config, rng, headers=tasks.fmt.headers):
+                split = decoder.split(block)
+                for name, rows in ((DEAD_LETTER, split.dead_letters), (OUTPUT, split.output)):
+                    if rows.num_rows:
+                        files[name].add(rows.select(writes[name].writer.schema.names))
+        written = {name: file_set.finish() for name, file_set in files.items()}
+    except BaseException:
+        for file_set in files.values():
+            file_set.abandon()
+        raise
+    for name, table_files in written.items():
+        yield metadata_batch(table_files, name)
+
+
+@dataclass
+class ArrowKafkaBatch:
+    """A micro-batch over ``ranges`` written in one Arrow pass on the executors (one pass:
+    :meth:`write_both`); its two passes, when needed, go through ``fallback`` (Spark SQL over
+    the batch's DataFrame). Runs on the driver."""
+
+    spark: object
+    ranges: tuple[OffsetRange, ...]
+    fmt: RecordFormat
+    client_config: Mapping[str, object] = field(repr=False)
+    task_slots: int
+    fallback: SparkBatch
+    one_pass: bool = True
+
+    def write_both(self, dead: PlannedWrite, output: PlannedWrite) -> tuple[WrittenFiles, WrittenFiles]:
+        groups = tuple(task_groups(self.ranges, self.task_slots))
+        if not groups:
+            return WrittenFiles((), 0), WrittenFiles((), 0)
+        tasks = RangesTasks(self.client_config, self.fmt, groups, dead, output)
+        numbers = self.spark.range(0, len(groups), 1, len(groups))
+        metadata = [row.asDict() for row in
+                    numbers.mapInArrow(functools.partial(write_ranges, tasks), METADATA_DDL).collect()]
+        return WrittenFiles.from_metadata(metadata, DEAD_LETTER), WrittenFiles.from_metadata(metadata, OUTPUT)
+
+    @property
+    def dead(self) -> BatchRows:
+        return self.fallback.dead
+
+    def output(self, decided: DeadLetterDecisions | None) -> BatchRows:
+        return self.fallback.output(decided)
+
+    def release(self) -> None:
+        self.fallback.release()
+
+
+def arrow_batches(spark, fmt: RecordFormat, transform: str | None, client_config: Mapping[str, object],
+                  task_slots: Callable[[], int]):
+    """The batch writer's ``prepare`` for an ``scg-kafka`` query: :class:`ArrowKafkaBatch` when
+    the pipeline has no transform and its records are decoded in Arrow
+    (:func:`~pipelines.runtime.arrow_records.arrow_decodable`), else None (the Spark SQL path).
+    ``client_config``: the source's librdkafka settings; ``task_slots()``: the cores the
+    application has now."""
+    if transform or not arrow_decodable(fmt):
+        return None
+    from pipelines.runtime.batch_writer import without_partitions
+
+    def prepare(batch_df, ranges, left_out) -> ArrowKafkaBatch:
+        fallback = SparkBatch(without_partitions(batch_df, left_out), fmt, transform)
+        return ArrowKafkaBatch(spark, tuple(ranges), fmt, dict(client_config), max(1, task_slots()), fallback)
+
+    return prepare
