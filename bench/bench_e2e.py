@@ -3,16 +3,29 @@ records for every variant, baselines measured in the same run:
 
 * ``noop``        — Spark's Kafka source + the same JSON parsing into the noop sink (read ceiling);
 * ``spark_delta`` — the same query into delta-spark's streaming Delta sink, no group (baseline);
-* ``scg``         — this project: PipelineRunner with a real group member, executors write the
-                    Parquet files (mapInArrow), the driver makes one exactly-once Delta commit per
-                    batch (per-partition txns) and then commits the Kafka offsets.
+* ``scg``         — this project with Spark's Kafka source: PipelineRunner with a real group
+                    member, executors write the Parquet files (mapInArrow), the driver makes one
+                    exactly-once Delta commit per batch (per-partition txns) and then commits the
+                    Kafka offsets;
+* ``scg_follow``  — the same with ``source.reader: scg-kafka`` and no transform: the Arrow path
+                    (the executors' Python workers read, decode and write each batch in one pass);
+* ``scg_sql``     — ``scg-kafka`` with ``transform: SELECT * FROM input`` (the Spark SQL path);
+* raw ceiling     — plain Python, no Spark, no Delta (bench/raw_ceiling.py): confluent-kafka →
+                    pyarrow.json → Parquet, in one process over the 12 partitions and in two
+                    processes over 6 each.
+
+Every variant's CPU seconds are measured too: for a Spark driver the whole process tree (driver
+Python, JVM, Python workers; on local[2] that is everything that ran the query), for the raw
+ceiling the workers' own CPU; reported per million records.
 
 Parts (each Spark driver is a fresh subprocess, bench/e2e_case.py, so memory peaks start at zero):
 
 1. throughput on ``local[2]``: 1M × ~200 B and 600k × ~1 KB JSON records, 12 partitions,
    ``--reps`` interleaved repetitions (the order rotates), median reported; records/s, MB/s of
-   record values, ratios to plain Spark and to noop, median Delta commit time per batch, and where
-   the time of this path's batches goes (bench-only timers around the batch writer's steps);
+   record values, CPU seconds per million records, ratios to plain Spark, to noop and (the Arrow
+   path) to the two-process raw ceiling, median Delta commit time per batch, and where the time of
+   this path's batches goes (bench-only timers around the batch writer's steps); the raw ceiling
+   runs ``--reps`` times per dataset after the Spark driver of this part exits;
 2. driver memory: one ~100 MB batch vs one ~1 GB batch (``max_offsets_per_trigger`` sized for it),
    ``spark.driver.maxResultSize=32m``, Spark's default driver heap; peak RSS (VmHWM) of the driver's
    Python process and of its JVM, on ``local[2]`` (the JVM there also runs the tasks) and on a
@@ -24,6 +37,8 @@ Parts (each Spark driver is a fresh subprocess, bench/e2e_case.py, so memory pea
 Writes bench/results/e2e.json and bench/results/e2e.md.
 
     .venv/bin/python bench/bench_e2e.py [--reps 2] [--scale 1.0] [--skip local,memory,standalone,handoff]
+
+(``--skip local`` skips the raw ceiling too.)
 
 bench/e2e_profile.py splits one batch of this path into steps (a separate, optional run).
 """
@@ -48,7 +63,8 @@ from tests.e2e.harness import MemberProcess, SteadyProducer  # noqa: E402
 from tests.support.kafka_data import create_topic, write_pipeline  # noqa: E402
 from tests.support.standalone import StandaloneCluster  # noqa: E402
 
-from e2e_report import markdown  # noqa: E402  (bench/ is on sys.path as the script's directory)
+import raw_ceiling  # noqa: E402  (bench/ is on sys.path as the script's directory)
+from e2e_report import markdown  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -63,7 +79,8 @@ MEMORY_TOPIC, MEMORY_RECORDS = "e2e-mem-1kb", 1_100_000   # 1.1e9 bytes of value
 MEMORY_SMALL_BATCH = 100_000                              # ~100 MB
 DRIVER_SETTINGS = {"spark.driver.maxResultSize": "32m"}   # default driver heap (no spark.driver.memory)
 WORKER_MEMORY, EXECUTOR_MEMORY = "2g", "1g"
-VARIANTS = ("noop", "spark_delta", "scg")
+VARIANTS = ("noop", "spark_delta", "scg", "scg_follow", "scg_sql")
+RAW_PROCESSES = (1, 2)       # raw ceiling: one process over all partitions, two over half each
 
 
 T0 = time.monotonic()
@@ -140,12 +157,33 @@ def warmups() -> list[dict]:
 def throughput_local(bootstrap: str, base: Path, reps: int) -> dict:
     runs = []
     for rep in range(reps):
-        order = VARIANTS[rep % 3:] + VARIANTS[:rep % 3]  # rotate so no variant always runs first
+        shift = rep % len(VARIANTS)
+        order = VARIANTS[shift:] + VARIANTS[:shift]  # rotate so no variant always runs first
         for dataset in DATASETS:
             runs += [run_spec(v, dataset, f"{dataset}-{v}-r{rep}", rep=rep) for v in order]
     spec = {"master": "local[2]", "settings": DRIVER_SETTINGS, "bootstrap": bootstrap,
             "warmup": warmups(), "runs": runs}
     return run_case("local", base, spec)
+
+
+def raw_ceiling_part(bootstrap: str, reps: int) -> list[dict]:
+    """The raw ceiling (bench/raw_ceiling.py) per dataset, one and two processes, ``reps`` times
+    (the order of the process counts rotates)."""
+    out = []
+    for rep in range(reps):
+        for dataset, (topic, records, value_bytes) in DATASETS.items():
+            counts = RAW_PROCESSES[rep % len(RAW_PROCESSES):] + RAW_PROCESSES[:rep % len(RAW_PROCESSES)]
+            for processes in counts:
+                label = f"{dataset}-raw{processes}-r{rep}"
+                say(f"raw ceiling {label}")
+                try:
+                    r = raw_ceiling.run(bootstrap, topic, PARTITIONS, records, processes)
+                except (Exception, SystemExit) as exc:  # noqa: BLE001 - the rest of the run goes on
+                    say(f"raw ceiling {label} failed: {exc}")
+                    continue
+                out.append({**r, "variant": f"raw_{processes}p", "label": label, "topic": topic,
+                            "value_bytes": value_bytes, "batches": 0})
+    return out
 
 
 def memory_cases(bootstrap: str, base: Path, master: str, settings: dict, tag: str) -> list[dict]:
@@ -255,6 +293,8 @@ def main() -> None:
             DATASETS[name] = (topic, count, results["datasets"][name]["mean_value_bytes"])
         if "local" not in skip:
             results["local"] = throughput_local(bootstrap, base, args.reps)
+            _save(results, out)
+            results["local"]["runs"] += raw_ceiling_part(bootstrap, args.reps)
             _save(results, out)
         if "memory" not in skip:
             results["memory_local"] = memory_cases(bootstrap, base, "local[2]", {}, "local[2]")

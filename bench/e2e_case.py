@@ -7,16 +7,29 @@ standalone master), its own driver JVM, and peak-memory counters (VmHWM) that st
 
 SPEC holds ``master``, ``settings`` (extra Spark settings), ``bootstrap``, ``base`` (scratch
 directory), ``warmup`` (run specs, not reported) and ``runs``: a list of run specs
-``{"variant": "noop"|"spark_delta"|"scg"|"scg_follow", "topic", "records", "max_offsets", "label",
-"stop_after_batches"?}``. Each run reads ``topic`` from the earliest offset to its end (available-now
-trigger, ``max_offsets`` records per micro-batch). OUT receives one JSON object: a result per run
-(seconds, per-batch durations and phases) and the driver's memory (peak RSS of the Python process
+``{"variant": "noop"|"spark_delta"|"scg"|"scg_follow"|"scg_sql", "topic", "records", "max_offsets",
+"label", "stop_after_batches"?}``. Each run reads ``topic`` from the earliest offset to its end
+(``max_offsets`` records per micro-batch). OUT receives one JSON object: a result per run (seconds,
+CPU seconds, per-batch durations and phases) and the driver's memory (peak RSS of the Python process
 and of the JVM, before the runs and at the end; JVM heap pool peaks during the runs).
 
-The ``scg`` variant is this project's path unchanged (PipelineRunner with a real group member,
-one Delta commit per batch; ``scg_follow`` the same with ``source.reader: scg-kafka``, a
-processing-time trigger, and the run ends once every record is written); the bench only wraps a few of its methods with timers to split each
-batch into phases (nothing else changes; the wrappers cost microseconds).
+Variants:
+
+* ``noop`` / ``spark_delta``: Spark's Kafka source + ``from_json`` into the noop sink / delta-spark's
+  streaming Delta sink (available-now trigger);
+* ``scg``: this project's path with Spark's Kafka source (PipelineRunner with a real group member,
+  available-now trigger, one Delta commit per batch);
+* ``scg_follow``: the same with ``source.reader: scg-kafka`` and no transform, i.e. the Arrow path
+  (each batch read, decoded and written as Parquet in one pass by the executors' Python workers);
+  processing-time trigger, the run ends once every record is written;
+* ``scg_sql``: as ``scg_follow`` with ``transform: SELECT * FROM input`` (the Spark SQL path of an
+  ``scg-kafka`` query).
+
+The bench only wraps a few of this project's methods with timers to split each batch into phases
+(nothing else changes; the wrappers cost microseconds). ``cpu_s`` of a run is the CPU time (user +
+system) of this process's whole tree over the timed span: the driver's Python, its JVM (which on
+``local[N]`` also runs the tasks) and the Python workers, read from /proc (the processes alive, plus
+what they reaped); on a standalone master the executors are not in the tree.
 """
 from __future__ import annotations
 
@@ -75,6 +88,35 @@ class DriverMemory:
         return peaks
 
 
+# -- CPU -------------------------------------------------------------------------------------------
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """User + system CPU seconds of process ``root`` (default: this one) and all its descendants,
+    including the children they have reaped (cutime, cstime of /proc/<pid>/stat)."""
+    root = os.getpid() if root is None else root
+    children: dict[int, list[int]] = defaultdict(list)
+    ticks: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "; fields[0] is the state
+        pid = int(entry.name)
+        children[int(fields[1])].append(pid)
+        ticks[pid] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += ticks.get(pid, 0)
+        todo += children.get(pid, ())
+    return total / CLOCK_TICKS
+
+
 # -- plain Spark -----------------------------------------------------------------------------------
 def plain_query(spark, bootstrap: str, run: dict, base: Path) -> dict:
     """Spark's Kafka source + the same JSON parsing into the noop sink or delta-spark's sink."""
@@ -91,10 +133,11 @@ def plain_query(spark, bootstrap: str, run: dict, base: Path) -> dict:
     writer = (parsed.writeStream.format(sink).trigger(availableNow=True).queryName(run["label"])
               .option("checkpointLocation", tempfile.mkdtemp(prefix="bench-cp-", dir=base)))
     path = str(base / f"plain-{run['label']}-{uuid.uuid4().hex[:6]}")
-    started = time.monotonic()
+    cpu0, started = tree_cpu_seconds(), time.monotonic()
     query = writer.start(path) if sink == "delta" else writer.start()
     query.awaitTermination()
     seconds = time.monotonic() - started
+    cpu_s = tree_cpu_seconds() - cpu0
     progress = [p for p in _progress(query) if p.get("numInputRows")]
     rows = sum(p["numInputRows"] for p in progress)
     if rows != run["records"]:
@@ -103,7 +146,7 @@ def plain_query(spark, bootstrap: str, run: dict, base: Path) -> dict:
         written = spark.read.format("delta").load(path).count()
         if written != run["records"]:
             raise SystemExit(f"{run['label']}: delta-spark wrote {written} rows, expected {run['records']}")
-    return {"seconds": seconds, "batches": len(progress),
+    return {"seconds": seconds, "cpu_s": cpu_s, "batches": len(progress),
             "batch_s": [p["durationMs"].get("triggerExecution", 0) / 1000 for p in progress],
             "spark_phases_s": _sum_durations(progress)}
 
@@ -138,6 +181,7 @@ class PhaseTimers:
             self.batches[self.current][phase] += seconds
 
     def install(self) -> None:
+        from pipelines.runtime import arrow_batches
         from pipelines.runtime import batch_writer as bw
         from pipelines.runtime import checkpoint_log, runner, streaming_query
         from sinks import txn_table
@@ -169,11 +213,11 @@ class PhaseTimers:
                 timers.current = None
         bw.BatchWriter.__call__ = call
 
-        original_prepare = bw.BatchWriter._prepare
+        original_prepare = bw.BatchWriter.prepare  # either path's prepare (Spark plan or Arrow batch)
 
-        def prepare(self, batch_df, left_out):
+        def prepare(self, batch_df, ranges, left_out=frozenset()):
             started = time.monotonic()
-            batch = original_prepare(self, batch_df, left_out)
+            batch = original_prepare(self, batch_df, ranges, left_out)
             timers.add("prepare (plan)", time.monotonic() - started)
             release = batch.release
 
@@ -185,7 +229,7 @@ class PhaseTimers:
                     timers.add("unpersist", time.monotonic() - t0)
             batch.release = timed_release
             return batch
-        bw.BatchWriter._prepare = prepare
+        bw.BatchWriter.prepare = prepare
 
         def which(args):
             writer = args[1]
@@ -195,6 +239,8 @@ class PhaseTimers:
         timed(bw.SparkRows, "write", which)
         timed(bw.SparkBatch, "write_both",
               "one pass: both tables' files (Kafka read + parse + split + Parquet, mapInArrow)")
+        timed(arrow_batches.ArrowKafkaBatch, "write_both",
+              "one pass, Arrow: read + decode + split + Parquet on the executors")
         timed(checkpoint_log.CheckpointOffsetLog, "ranges", "driver: offset log ranges")
         timed(checkpoint_log.AssignedOffsetLog, "ranges", "driver: offset log ranges")
         timed(txn_table.TxnDeltaTable, "snapshot", "driver: Delta snapshot loads")
@@ -220,10 +266,12 @@ def scg_run(spark, bootstrap: str, run: dict, base: Path, timers: PhaseTimers) -
     table_dir = base / f"scg-{label}"
     path = write_pipeline(base / f"{label}.yaml", bootstrap, run["topic"], f"bench-{label}", table_dir,
                           extra=f"format: {{type: json, schema: '{SCHEMA}'}}\n")
-    follow = run["variant"] == "scg_follow"  # reader scg-kafka: runs until stopped (no available-now)
+    follow = run["variant"] in ("scg_follow", "scg_sql")  # reader scg-kafka: runs until stopped
     text = path.read_text()
     if not follow:
         text = text.replace("processing_time: 500ms", "available_now: true")
+    if run["variant"] == "scg_sql":  # a pass-through transform: the batch goes through Spark SQL
+        text += "transform: SELECT * FROM input\n"
     path.write_text(text.replace("  starting_offsets: earliest", "  starting_offsets: earliest\n"
                                  f"  max_offsets_per_trigger: {run['max_offsets']}"
                                  + ("\n  reader: scg-kafka" if follow else "")))
@@ -240,7 +288,7 @@ def scg_run(spark, bootstrap: str, run: dict, base: Path, timers: PhaseTimers) -
     stop_after = run.get("stop_after_batches")
     timers.batches.clear()
     timers.queries.clear()
-    started = time.monotonic()
+    cpu0, started = tree_cpu_seconds(), time.monotonic()
     if stop_after:
         until = lambda: len(reports) >= stop_after  # noqa: E731
     elif follow:
@@ -249,19 +297,21 @@ def scg_run(spark, bootstrap: str, run: dict, base: Path, timers: PhaseTimers) -
         until = None
     runner.run(threading.Event(), until=until)
     returned = time.monotonic()
+    cpu_s = tree_cpu_seconds() - cpu0
     written = sum(r.rows_written for _, r in reports)
     if not stop_after and written != run["records"]:
         raise SystemExit(f"{run['label']}: scg wrote {written} rows, expected {run['records']}")
     assigned = next((t for t, line in lines if "starting query" in line or "reading from the next batch" in line),
                     started)
     committed = [r for _, r in reports if r.rows_written]
-    progress = [p for q in timers.queries for p in _progress(q) if p.get("numInputRows")]
+    ids = {r.batch_id for r in committed}  # (an Arrow-path batch reports no input rows to Spark)
+    progress = [p for q in timers.queries for p in _progress(q) if p.get("batchId") in ids]
     phases: dict[str, float] = defaultdict(float)
     for batch in timers.batches.values():
         for phase, seconds in batch.items():
             phases[phase] += seconds
     data_s = reports[-1][0] - started if reports else returned - started
-    return {"seconds": data_s, "run_returned_s": returned - started, "join_and_claim_s": assigned - started,
+    return {"seconds": data_s, "cpu_s": cpu_s, "run_returned_s": returned - started, "join_and_claim_s": assigned - started,
             "rows_written": written, "batches": len(committed),
             "batch_s": [r.duration_s for r in committed],
             "batch_records": [sum(x.count for x in r.ranges) for r in committed],
@@ -300,6 +350,7 @@ def main(spec_path: str, out_path: str) -> None:
         r.update(label=run["label"], variant=run["variant"], topic=run["topic"], records=run["records"],
                  max_offsets=run["max_offsets"], value_bytes=run.get("value_bytes"))
         r["records_per_s"] = run["records"] / r["seconds"] if not run.get("stop_after_batches") else None
+        r["cpu_s_per_million"] = r["cpu_s"] / run["records"] * 1e6 if not run.get("stop_after_batches") else None
         if run.get("value_bytes"):
             r["value_mb_per_s"] = (r["records_per_s"] or 0) * run["value_bytes"] / 1e6
         print(f"  [{spec['master']}] {run['label']}: {r['seconds']:.1f}s", flush=True)
@@ -312,7 +363,7 @@ def main(spec_path: str, out_path: str) -> None:
 
 
 def run_one(spark, bootstrap, run, base, timers) -> dict:
-    if run["variant"] in ("scg", "scg_follow"):
+    if run["variant"] in ("scg", "scg_follow", "scg_sql"):
         return scg_run(spark, bootstrap, run, base, timers)
     return plain_query(spark, bootstrap, run, base)
 
