@@ -5,9 +5,8 @@ columns), applied to whole Arrow blocks of records (:func:`split_block`):
 
 * ``null_value`` and ``value_too_large`` are decided on the block's columns;
 * a JSON block is parsed by ``pyarrow.json`` in one call. Only values that start with ``{`` (after
-  JSON whitespace), hold no line break, no ``NaN`` or ``Infinity``, at most :data:`MAX_NESTING`
-  opening brackets, and are valid UTF-8 go to that parser, and its rows must
-  be exactly one per value; a block it refuses is split in halves until each refusal is one
+  JSON whitespace), hold no ``NaN`` or ``Infinity``, at most :data:`MAX_NESTING` opening
+  brackets, and are valid UTF-8 go to that parser, and its rows must be exactly one per value; a block it refuses is split in halves until each refusal is one
   record, which :func:`decode_value` decides alone. A few bad records in a block of thousands
   cost a few parses of shrinking halves, never a record-by-record pass over the block;
 * :func:`decode_value` is the reference for one value: strict JSON (RFC 8259: one value, nothing
@@ -21,6 +20,7 @@ a schema with any other type (timestamp, date, decimal, binary) keeps the Spark 
 """
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import json
@@ -45,9 +45,10 @@ BLOCK_TYPES = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "
                "float": pa.float32(), "boolean": pa.bool_()}
 _INT_BOUNDS = {"int": (-2 ** 31, 2 ** 31 - 1), "bigint": (-2 ** 63, 2 ** 63 - 1)}
 _OBJECT_START = r"^[ \t\r\n]*\{"
-# values holding these are decided alone: line breaks would split the block's lines, and the
-# block parser reads bare NaN and Infinity, which strict JSON does not have
-_DECIDED_ALONE = ("\n", "\r", "NaN", "Infinity")
+# values holding these are decided alone: the block parser reads bare NaN and Infinity, which
+# strict JSON does not have (a value that splits into several objects, e.g. at a line break, gives
+# the block more rows than values and is found by halving)
+_CONSTANTS = ("NaN", "Infinity")
 _DDL_FIELD = re.compile(r"\s*(`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*)\s+([A-Za-z]+)\s*")
 
 
@@ -334,7 +335,8 @@ class BlockDecoder:
             decoded = _Decoding(self, values)
             decoded.run(candidates)
             reasons = decoded.reasons_over(reasons)
-            output = _output_columns(rows.take(decoded.good_indices), self.fmt, self.fields, decoded.good_fields)
+            good_rows = rows if len(decoded.good_indices) == rows.num_rows else rows.take(decoded.good_indices)
+            output = _output_columns(good_rows, self.fmt, self.fields, decoded.good_fields)
         dead = pc.is_valid(reasons)
         return BlockSplit(output, _dead_letter_columns(rows.filter(dead), reasons.filter(dead), self.fmt))
 
@@ -348,28 +350,34 @@ class _Decoding:
         self.pieces: list[tuple[pa.Array, pa.Table]] = []
         self.alone_rows: list[tuple[int, tuple]] = []
         self.alone_reasons: dict[int, str] = {}
+        self.flagged: set[int] = set()  # decided alone although they go through the block parser
 
     def run(self, candidates: pa.Array) -> None:
+        """Decide every candidate: values that do not start an object, and those the block
+        parser must not decide (:func:`_decided_alone`; their rows in a parsed block are
+        dropped), alone; the others in blocks (copying none of them when all are candidates)."""
         values = self.values
-        outside = functools.reduce(pc.or_, (pc.match_substring(values, text) for text in _DECIDED_ALONE))
-        brackets = pc.add(pc.count_substring(values, "["), pc.count_substring(values, "{"))
-        outside = pc.or_(outside, pc.greater(brackets, MAX_NESTING))  # the block parser nests without bound
-        in_block = pc.and_not(pc.match_substring_regex(values, _OBJECT_START), outside)
-        in_block = pc.fill_null(in_block, False)
-        for index in pc.indices_nonzero(pc.and_not(candidates, in_block)).to_pylist():
+        objects = pc.and_(candidates, pc.fill_null(pc.match_substring_regex(values, _OBJECT_START), False))
+        for index in pc.indices_nonzero(pc.and_not(candidates, objects)).to_pylist():
             self._one(index)
-        self._parse(pc.indices_nonzero(pc.and_(candidates, in_block)))
+        in_block = pc.indices_nonzero(objects)
+        self.flagged = _decided_alone(values).intersection(in_block.to_pylist()) if len(in_block) else set()
+        for index in sorted(self.flagged):
+            self._one(index)
+        self._parse(in_block)
 
     def _parse(self, indices: pa.Array) -> None:
         """Parse ``indices``' values as one block; halves of a refused block are parsed again,
         one refused value is decided alone."""
         if len(indices) == 0:
             return
-        table = self._try_parse(self.values.take(indices))
+        whole = len(indices) == len(self.values)  # every value (indices are ascending and unique)
+        table = self._try_parse(self.values if whole else self.values.take(indices))
         if table is not None:
             self.pieces.append((indices, table))
         elif len(indices) == 1:
-            self._one(indices[0].as_py())
+            if indices[0].as_py() not in self.flagged:
+                self._one(indices[0].as_py())
         else:
             middle = len(indices) // 2
             self._parse(indices.slice(0, middle))
@@ -415,8 +423,13 @@ class _Decoding:
     def _good(self) -> tuple[pa.Array, pa.Table]:
         """The decoded values' block indices in order, and their fields in that order."""
         schema = self.decoder.schema
-        indices = [i for i, _ in self.pieces]
-        tables = [t.select(schema.names).cast(schema) for _, t in self.pieces]
+        pieces = self.pieces
+        if self.flagged:  # decided alone: their rows from the block parser are not theirs to keep
+            flagged = pa.array(sorted(self.flagged), pa.int64())
+            kept = [pc.invert(pc.is_in(i.cast(pa.int64()), value_set=flagged)) for i, _ in pieces]
+            pieces = [(i.filter(k), t.filter(k)) for (i, t), k in zip(pieces, kept)]
+        indices = [i for i, _ in pieces]
+        tables = [t.select(schema.names).cast(schema) for _, t in pieces]
         if self.alone_rows:
             indices.append(pa.array([i for i, _ in self.alone_rows], pa.int64()))
             tables.append(pa.Table.from_pylist([dict(zip(schema.names, row)) for _, row in self.alone_rows],
@@ -424,8 +437,46 @@ class _Decoding:
         if not indices:
             return pa.array([], pa.int64()), schema.empty_table()
         merged = pa.concat_arrays([i.cast(pa.int64()) for i in indices])
+        if len(tables) == 1:  # one piece: its indices ascend already
+            return merged, tables[0]
         order = pc.array_sort_indices(merged)
         return merged.take(order), pa.concat_tables(tables).take(order)
+
+
+def _decided_alone(values: pa.Array) -> set[int]:
+    """The indices of the values the block parser must not decide: those holding a bare-constant spelling
+    (:data:`_CONSTANTS`, found in the block's bytes at once), and those with more than
+    :data:`MAX_NESTING` opening brackets (the block parser nests without bound; counted only in
+    values long enough to nest that deep)."""
+    flagged = set(_holding_constants(values))
+    long = pc.greater(pc.binary_length(values), 2 * MAX_NESTING)  # d levels take 2d bytes
+    if pc.any(long).as_py():
+        indices = pc.indices_nonzero(long)
+        subset = values.take(indices)
+        deep = pc.greater(pc.add(pc.count_substring(subset, "["), pc.count_substring(subset, "{")), MAX_NESTING)
+        flagged.update(i for i, is_deep in zip(indices.to_pylist(), deep.to_pylist()) if is_deep)
+    return flagged
+
+
+def _holding_constants(values: pa.Array) -> list[int]:
+    """The indices of the values whose bytes hold one of :data:`_CONSTANTS`: one search of the
+    block's data buffer, then each hit mapped to its value."""
+    data = values.buffers()[2]
+    if data is None or len(values) == 0:
+        return []
+    raw = data.to_pybytes()
+    hits = []
+    for text in _CONSTANTS:
+        needle, at = text.encode(), raw.find(text.encode())
+        while at >= 0:
+            hits.append(at)
+            at = raw.find(needle, at + 1)
+    if not hits:
+        return []
+    offsets = pa.Array.from_buffers(pa.int32(), len(values) + 1, [None, values.buffers()[1]],
+                                    offset=values.offset).to_pylist()
+    found = {bisect.bisect_right(offsets, at) - 1 for at in hits}
+    return sorted(i for i in found if 0 <= i < len(values))
 
 
 def _parse_json_lines(buffer: pa.Buffer, schema: pa.Schema) -> pa.Table:

@@ -132,13 +132,25 @@ def test_a_block_of_only_bad_records():
     assert split.dead_letters.column("reason").to_pylist() == [SCHEMA_MISMATCH] * 64
 
 
-def test_what_the_block_parser_never_sees():
-    values = [b"null", b'{"d":NaN}', b'{"s":"a\nb"}', b'{"s":"\xff"}', b' [1]', b'{"x":' + b"[" * 1000 + b"]" * 1000 + b"}",
-              b'{"i":3}']
+def test_what_the_block_parser_never_sees_and_never_decides():
+    """A value that is no object never reaches it (``null`` crashes pyarrow's parser); one that
+    holds a bare-constant spelling or could nest too deep is decided alone, whatever it says."""
+    deep = b'{"x":' + b"[" * 1000 + b"]" * 1000 + b"}"
+    values = [b"null", b'{"d":NaN}', b'{"s":"Infinity"}', b' [1]', deep, b'{"i":3}']
     parse = CountingParse()
     split = BlockDecoder(RecordFormat("json", SCHEMA, 10_000), parse=parse).split(_block(values))
-    assert parse.lines == [b'{"i":3}']
-    assert split.output.column("offset").to_pylist() == [6]
+    assert b"null" not in parse.lines and b" [1]" not in parse.lines
+    assert split.output.column("offset").to_pylist() == [2, 5]
+    assert split.output.column("s").to_pylist() == ["Infinity", None]
+    assert dict(zip(split.dead_letters.column("offset").to_pylist(), split.dead_letters.column("reason").to_pylist())) == {
+        0: MALFORMED_JSON, 1: MALFORMED_JSON, 3: MALFORMED_JSON, 4: MALFORMED_JSON}
+
+
+def test_line_breaks_inside_values_are_read_as_json_reads_them():
+    values = [b'{"i":1}\n{"i":2}', b'{"s":"a\nb"}', b'{\n "i":3\r\n}', b'{"i":4}\n']
+    split = BlockDecoder(JSON).split(_block(values * 50))
+    assert split.output.column("i").to_pylist() == [3, 4] * 50
+    assert split.dead_letters.column("reason").to_pylist() == [MALFORMED_JSON] * 100
 
 
 def test_keys_headers_and_raw_values_keep_their_bytes():
