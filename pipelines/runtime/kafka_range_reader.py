@@ -243,6 +243,9 @@ def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, headers
     consumers.give_back(config, consumer)
 
 
+_TIMESTAMP_PAIR = pa.struct([pa.field("type", pa.int32()), pa.field("ms", pa.int64())])  # librdkafka's
+
+
 def _record_batch(rng: OffsetRange, keys: list, values: list, offsets: list, times: list,
                   header_lists: list | None = None) -> pa.RecordBatch:
     """One Arrow batch in :data:`KAFKA_ROW_ARROW`, or :data:`KAFKA_ROW_WITH_HEADERS_ARROW` when
@@ -252,10 +255,12 @@ def _record_batch(rng: OffsetRange, keys: list, values: list, offsets: list, tim
     import pyarrow.compute as pc
 
     n = len(offsets)
-    kinds, millis = zip(*times)
-    kind = pa.array(kinds, pa.int32())
-    stamps = pc.multiply(pa.array(millis, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
-    stamps = pc.if_else(pc.equal(kind, 0), pa.scalar(None, stamps.type), stamps)
+    pairs = pa.array(times, _TIMESTAMP_PAIR)
+    kind, millis = pairs.field(0), pairs.field(1)
+    stamps = millis.cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
+    no_time = pc.equal(kind, 0)
+    if pc.any(no_time).as_py():
+        stamps = pc.if_else(no_time, pa.scalar(None, stamps.type), stamps)
     columns = [pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
                pa.repeat(pa.scalar(rng.topic, pa.string()), n), pa.repeat(pa.scalar(rng.partition, pa.int32()), n),
                pa.array(offsets, pa.int64()), stamps, pc.subtract(kind, 1)]
