@@ -319,11 +319,12 @@ class SourceConfig:
         "Records deleted before they were read: `fail` stops the partition (`KAFKA_DATA_LOSS`); `skip` "
         "moves on and writes one `data_loss` row to the dead-letter table. The older "
         "`fail_on_data_loss: true|false` means `fail|skip`.", aliases=("fail_on_data_loss",)))
-    reader: str = field(default="spark-kafka", metadata=key_doc(
-        "reader", ENUM, "scg-kafka", "Spark's Kafka source, or this project's Spark source",
-        "`spark-kafka` starts a new query when the member's partitions change. `scg-kafka` runs one "
-        "query for the member's life and follows the assignment at each batch (Spark 4.2 or later, "
-        "processing-time trigger)."))
+    reader: str = field(default="scg-kafka", metadata=key_doc(
+        "reader", ENUM, "spark-kafka", "Spark's Kafka source, or this project's Spark source",
+        "`scg-kafka` runs one query for the member's life and follows the assignment at each batch "
+        "(Spark 4.2 or later); without a `transform` its batches are read, decoded and written in one "
+        "Arrow pass on the executors. `spark-kafka` (Spark's Kafka source) starts a new query when "
+        "the member's partitions change."))
     include_headers: bool = field(default=False, metadata=key_doc(
         "include_headers", BOOL, "true", "Spark `includeHeaders`",
         "Both tables get a column `headers` (`array<struct<key: string, value: binary>>`)."))
@@ -408,7 +409,8 @@ class TriggerConfig:
         "How often a micro-batch starts."))
     available_now: bool = field(default=False, metadata=key_doc(
         "available_now", BOOL, "true", "Spark `trigger(availableNow=True)`",
-        "Read what is there, then end. Not with `processing_time`; needs reader `spark-kafka`."))
+        "Read what is there, then end: the member ends once each partition it owns is read to the "
+        "log end it had when the member took it. Not with `processing_time`."))
 
     def spark_trigger_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``DataStreamWriter.trigger``."""

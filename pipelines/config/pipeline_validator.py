@@ -118,8 +118,6 @@ def validate_pipeline(root: Node | None, file: str, source_file: Path, env: Mapp
     transform = attempt(_transform, top)
     sink = attempt(_sink, top, _known_columns(top, fmt))
     trigger = attempt(_trigger, top)
-    if source is not None and trigger is not None:
-        attempt(_check_reader_trigger, top, source, trigger)
     if source is not None:
         attempt(_check_reader_warm_up, top, source)
     if fmt is not None:
@@ -441,7 +439,7 @@ def _source(ctx: Ctx, top: Section) -> SourceConfig:
         delay = attempt(as_duration_ms, get("max_trigger_delay"), sec.sub("max_trigger_delay")) \
             if get("max_trigger_delay") else None
         on_data_loss = attempt(_on_data_loss, sec)
-        reader = attempt(as_enum, get("reader"), sec.sub("reader"), READERS) if get("reader") else "spark-kafka"
+        reader = attempt(as_enum, get("reader"), sec.sub("reader"), READERS) if get("reader") else SourceConfig.reader
         headers = attempt(as_bool, get("include_headers"), sec.sub("include_headers")) \
             if get("include_headers") is not None else False
         warm_up_limit = attempt(_warm_up_limit, sec)
@@ -473,15 +471,6 @@ def _check_reader_warm_up(ctx: Ctx, top: Section, source: SourceConfig) -> None:
         ctx.fail(*sec.line_of("warm_up_limit"), C.CONFLICTING_FIELDS,
                  "warm_up_limit applies to reader scg-kafka only; remove it or set source.reader: scg-kafka",
                  fields=("source.warm_up_limit", "source.reader"))
-
-
-def _check_reader_trigger(ctx: Ctx, top: Section, source: SourceConfig, trigger: TriggerConfig) -> None:
-    """``source.reader: scg-kafka`` follows the group's assignment for as long as the member runs;
-    an available-now run reads a fixed backlog and ends, which only Spark's Kafka source does."""
-    if source.reader == "scg-kafka" and trigger.available_now:
-        ctx.fail(*top.section("source", SOURCE_KEYS).line_of("reader"), C.CONFLICTING_FIELDS,
-                 "reader scg-kafka runs until stopped; trigger.available_now needs reader spark-kafka",
-                 fields=("source.reader", "trigger.available_now"))
 
 
 RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "key_bytes")  # records.py output

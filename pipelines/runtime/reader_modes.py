@@ -40,6 +40,8 @@ log = logging.getLogger("scg.runner")
 POLL_S = 0.5
 GRACEFUL_STOP_S = 30.0     # the longest a stop waits for a running micro-batch to finish
 TASK_SLOTS_CHECK_S = 10.0  # how often an scg-kafka member asks Spark how many cores it has
+BACKFILL_TRIGGER_MS = 200  # an available-now scg-kafka query's trigger: batches run back to back
+                           # while there is a backlog; an idle planner looks again this often
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,11 @@ class ReaderMode(abc.ABC):
     def tick(self) -> None:
         """Main thread, between batches, lock not held."""
 
+    def backfilled(self) -> bool:
+        """An available-now run of this mode has read what it was to read (the runner then
+        ends the member); the restarting query says so by finishing instead."""
+        return False
+
     def close(self) -> None:
         """The member has left: remove what the mode keeps locally."""
 
@@ -182,11 +189,11 @@ class ReaderMode(abc.ABC):
             raise SourceChanged(TOPIC_RECREATED, f"topic(s) {', '.join(changed)} no longer have the ID the "
                                                  "query started with (deleted, or deleted and created again)")
 
-    def _new_writer(self, targets: TableTargets, offset_log, prepare=None) -> BatchWriter:
+    def _new_writer(self, targets: TableTargets, offset_log, prepare=None, report=None) -> BatchWriter:
         ctx = self.ctx
         self.refused_batch = None
         self.writer = BatchWriter(ctx.tables.record_format, ctx.config.transform, targets, offset_log,
-                                  ctx.commit, ctx.report, self._on_refused, ctx.hooks,
+                                  ctx.commit, report or ctx.report, self._on_refused, ctx.hooks,
                                   check_sources=self.check_sources, prepare=prepare)
         return self.writer
 
@@ -266,6 +273,7 @@ class FollowingQuery(ReaderMode):
         self._targets: TableTargets | None = None      # the tables and the owner epochs claimed
         self.task_slots = 1                            # the application's cores, as last published
         self._slots_checked_at = 0.0
+        self.backfill = Backfill() if ctx.config.trigger.available_now else None
 
     @classmethod
     def registered(cls, ctx: QueryContext) -> FollowingQuery:
@@ -281,6 +289,17 @@ class FollowingQuery(ReaderMode):
 
     def assigned(self, partitions) -> None:
         self.release([tp for tp in self.claims if tp not in partitions])
+        if self.backfill is not None:
+            self.backfill.assigned = True
+
+    def backfilled(self) -> bool:
+        """With ``trigger.available_now``: the member has had an assignment, and every partition
+        it owns is stopped or was read to the log end it had when this member claimed it."""
+        backfill, owned = self.backfill, self.ctx.owned
+        if backfill is None or not backfill.assigned:
+            return False
+        waiting = [tp for tp in owned.partitions if tp not in owned.stopped]
+        return all(tp in self.claims and backfill.reached(tp) for tp in waiting)
 
     def revoked(self, partitions) -> None:
         self.ctx.progress.revoked(partitions, "the query reads them no more after its current batch")
@@ -321,6 +340,8 @@ class FollowingQuery(ReaderMode):
         self._topic_ids.update({v.tp.topic: checks.logs[v.tp].topic_id for v in checks.runs})
         targets.epochs, targets.dead_epochs = merged.epochs, merged.dead_epochs  # read once per batch
         self.claims.update({v.tp: Claim(next(self._serials), v.offset) for v in checks.runs})
+        if self.backfill is not None:
+            self.backfill.claimed({v.tp: (v.offset, checks.logs[v.tp].latest) for v in checks.runs})
         self.publish()
 
     def claim_alone(self, tp: TopicPartition, offset: int) -> None:
@@ -411,18 +432,44 @@ class FollowingQuery(ReaderMode):
         self.task_slots = self.application_cores() or self.task_slots
         self._targets = TableTargets(ctx.tables.table, ctx.tables.dead_table, {}, {})
         checkpoint = self._new_checkpoint(generation)
-        trigger = ctx.config.trigger
+        interval_ms = BACKFILL_TRIGGER_MS if self.backfill is not None else ctx.config.trigger.processing_time_ms
         options = assigned_source_options(ctx.config.kafka.confluent_config(), self.assignment_file.path,
-                                          ctx.config.source, self.task_slots,
-                                          None if trigger.available_now else trigger.processing_time_ms)
+                                          ctx.config.source, self.task_slots, interval_ms)
         prepare = arrow_batches(ctx.spark, ctx.tables.record_format, ctx.config.transform,
                                 reader_client_config(options), lambda: self.task_slots)
-        writer = self._new_writer(self._targets, AssignedOffsetLog(checkpoint, ctx.fs.read_text), prepare)
+        report = ctx.report if self.backfill is None else self.backfill.reporting(ctx.report)
+        writer = self._new_writer(self._targets, AssignedOffsetLog(checkpoint, ctx.fs.read_text), prepare, report)
         self.publish()
-        self.query = queries.start_assigned_query(ctx.spark, options, writer, checkpoint, ctx.tables.trigger,
-                                                  ctx.query_name)
+        trigger = {"processingTime": f"{interval_ms} milliseconds"}
+        self.query = queries.start_assigned_query(ctx.spark, options, writer, checkpoint, trigger, ctx.query_name)
         ctx.progress.note("query started over reader scg-kafka: it reads the group's assignment at every "
                           "micro-batch, so rebalances do not restart it")
+
+
+class Backfill:
+    """What an available-now ``scg-kafka`` member reads: per claimed partition, the log end when
+    it was claimed, and how far the committed batches have read it. Claims and the flag are set
+    under the runner's lock; batches are reported on the query's thread."""
+
+    def __init__(self) -> None:
+        self.assigned = False                        # the member has had an assignment
+        self.ends: dict[TopicPartition, int] = {}    # the log end at the claim
+        self.read_to: dict[TopicPartition, int] = {}  # the next offset to read after the last batch
+
+    def claimed(self, starts_and_ends: Mapping[TopicPartition, tuple[int, int]]) -> None:
+        for tp, (start, end) in starts_and_ends.items():
+            self.ends[tp], self.read_to[tp] = end, start
+
+    def reached(self, tp: TopicPartition) -> bool:
+        return tp in self.ends and self.read_to.get(tp, -1) >= self.ends[tp]
+
+    def reporting(self, report: Callable[[BatchReport], None]) -> Callable[[BatchReport], None]:
+        """``report``, noting first how far each committed batch read."""
+        def noted(batch: BatchReport) -> None:
+            for rng in batch.ranges:
+                self.read_to[rng.tp] = max(self.read_to.get(rng.tp, rng.end), rng.end)
+            report(batch)
+        return noted
 
 
 def reader_mode(ctx: QueryContext) -> ReaderMode:

@@ -207,7 +207,7 @@ class PipelineRunner:
                 state = self.check()  # before the describe below: a start waits for nothing
                 self._watch_server_assignment()
                 self._observe()
-                if state is QueryState.FINISHED and self.config.trigger.available_now:
+                if self.config.trigger.available_now and (state is QueryState.FINISHED or self.reader.backfilled()):
                     break
                 if until is not None and until():
                     break

@@ -74,7 +74,8 @@ def query_context(lines: list[str], clock, owned: OwnedPartitions | None = None,
     progress = ProgressPrinter(lines.append)
     warm = WarmUpContext(spark=spark, config=None, tables=None, probe=None, group_offsets=None,
                          note=progress.note, clock=clock)
-    return QueryContext(spark=spark, config=None, tables=None, fs=None, probe=None,
+    config = SimpleNamespace(trigger=SimpleNamespace(available_now=False))
+    return QueryContext(spark=spark, config=config, tables=None, fs=None, probe=None,
                         owned=owned or owned_partitions(lines, clock), commit=CommitRecorder(),
                         report=lambda report: None, progress=progress, warm_up=warm,
                         lock=lock or threading.RLock(), clock=clock)

@@ -3,6 +3,12 @@
 the first task attempt writes its file and then dies. Prints the commit result as JSON.
 
     spark-submit --master 'local[2,3]' tests/support/task_retry_job.py TABLE MARKER_DIR
+    spark-submit --master 'local[2,3]' tests/support/task_retry_job.py TABLE MARKER_DIR BOOTSTRAP TOPIC
+
+The second form runs the Arrow path: the executors read partitions 0 and 1 of TOPIC (JSON
+records ``{"id": n}``, offsets 0 to the log end) from the brokers at BOOTSTRAP, decode and write
+them (``arrow_batches.ArrowKafkaBatch``), the first attempt that wrote output files dying after it
+closed them.
 """
 from __future__ import annotations
 
@@ -61,5 +67,79 @@ def main(table_path: str, marker_dir: str) -> None:
     spark.stop()
 
 
+class _FailingOnceFiles:
+    """An open file set whose first :meth:`finish` that closed files, in any attempt, raises
+    after closing them (the files stay, unreferenced)."""
+
+    def __init__(self, files, marker_dir: str):
+        self._files, self._marker_dir = files, marker_dir
+
+    def add(self, batch) -> None:
+        self._files.add(batch)
+
+    def abandon(self) -> None:
+        self._files.abandon()
+
+    def finish(self):
+        written = self._files.finish()
+        if not written.files:
+            return written
+        try:
+            os.close(os.open(os.path.join(self._marker_dir, "failed-once"), os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return written
+        raise RuntimeError("injected executor failure after writing files")
+
+
+@dataclasses.dataclass(frozen=True)
+class FailingOnceOpenWriter(DataFileWriter):
+    """A writer whose file sets fail once after writing (:class:`_FailingOnceFiles`)."""
+
+    marker_dir: str = ""
+
+    def open(self, keep_from=None):
+        return _FailingOnceFiles(super().open(keep_from), self.marker_dir)
+
+
+def main_arrow(table_path: str, marker_dir: str, bootstrap: str, topic: str) -> None:
+    from confluent_kafka import Consumer, TopicPartition as KafkaPartition
+
+    from pipelines.runtime.arrow_batches import ArrowKafkaBatch
+    from pipelines.runtime.batch_writer import PlannedWrite
+    from pipelines.runtime.records import RecordFormat
+
+    spark = get_or_create_spark("task-retry-arrow", {})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "task-retry-ends"})
+    ends = {p: consumer.get_watermark_offsets(KafkaPartition(topic, p), timeout=30)[1] for p in (0, 1)}
+    consumer.close()
+    ranges = tuple(OffsetRange(topic, p, 0, ends[p]) for p in (0, 1))
+    fmt = RecordFormat("json", "id BIGINT", 1_000_000)
+    output_schema = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                               ("timestamp", pa.timestamp("us", tz="UTC")), ("key", pa.string()),
+                               ("key_bytes", pa.binary()), ("id", pa.int64())])
+    dead_schema = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                             ("timestamp", pa.timestamp("us", tz="UTC")), ("key", pa.binary()),
+                             ("value", pa.binary()), ("reason", pa.string())])
+    table = TxnDeltaTable(table_path, "app", output_schema)
+    dead = TxnDeltaTable(table_path + "_dead", "app", dead_schema)
+    tps = [r.tp for r in ranges]
+    epochs, dead_epochs = table.claim(tps), dead.claim(tps)
+    base = table.file_writer()
+    writer = FailingOnceOpenWriter(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)},
+                                   marker_dir=marker_dir)
+    client = {"bootstrap.servers": bootstrap, "isolation.level": "read_uncommitted"}
+    batch = ArrowKafkaBatch(spark, ranges, fmt, client, 2, None)
+    dead_plan, plan = dead.plan(ranges, dead_epochs), table.plan(ranges, epochs)
+    dead_written, written = batch.write_both(PlannedWrite(dead.file_writer(), dead_plan.keep_from),
+                                             PlannedWrite(writer, plan.keep_from))
+    dead.commit_files(ranges, dead_epochs, lambda p: dead_written, dead_plan)
+    result = table.commit_files(ranges, epochs, lambda p: written, plan)
+    print(json.dumps({"rows_written": result.rows_written, "version": result.table_version}))
+    spark.stop()
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    if len(sys.argv) > 3:
+        main_arrow(*sys.argv[1:5])
+    else:
+        main(sys.argv[1], sys.argv[2])

@@ -84,11 +84,17 @@ def test_a_minimum_batch_above_the_default_bound_raises_the_bound(tmp_path: Path
     assert config.source.max_offsets_per_trigger == 800_000
 
 
-def test_the_reader_is_spark_s_kafka_source_unless_scg_kafka_is_chosen(tmp_path: Path):
-    assert load(tmp_path).source.reader == "spark-kafka"
-    config = load(tmp_path, source={"reader": "scg-kafka", "max_offsets_per_trigger": 1000})
-    assert (config.source.reader, config.source.max_offsets_per_trigger) == ("scg-kafka", 1000)
-    assert "reader=scg-kafka" in config.summary()
+def test_the_reader_is_scg_kafka_unless_spark_s_kafka_source_is_chosen(tmp_path: Path):
+    assert load(tmp_path).source.reader == "scg-kafka"
+    assert "reader=scg-kafka" in load(tmp_path).summary()
+    config = load(tmp_path, source={"reader": "spark-kafka", "max_offsets_per_trigger": 1000})
+    assert (config.source.reader, config.source.max_offsets_per_trigger) == ("spark-kafka", 1000)
+
+
+def test_either_reader_takes_an_available_now_trigger(tmp_path: Path):
+    for reader in ("scg-kafka", "spark-kafka"):
+        config = load(tmp_path, source={"reader": reader}, trigger={"available_now": True})
+        assert config.trigger.available_now and config.source.reader == reader
 
 
 def test_relative_paths_resolve_against_the_yaml_directory(tmp_path: Path):

@@ -3,17 +3,19 @@ partition up only after every batch that writes it has ended — ``release`` tak
 batch gate and the assignment file at once, then returns only once a batch ended or one that
 began after that writes none of it; it tells its planner how many cores the application has now;
 and a stopping member leaves once its batch ended. The query thread is played by the test
-through the batch writer's BatchGate."""
+through the batch writer's BatchGate. An available-now member ends once what it owns is read to
+the log ends it had when claimed."""
+import dataclasses
 import threading
 from types import SimpleNamespace
 
-from groupmgr.core import TopicPartition
+from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime import reader_modes
 from pipelines.runtime.assigned_offsets import Claim
 from pipelines.runtime.assigned_source import AssignmentFile
-from pipelines.runtime.batch_writer import BatchGate
+from pipelines.runtime.batch_writer import BatchGate, BatchReport
 from pipelines.runtime.progress import ProgressPrinter
-from pipelines.runtime.reader_modes import FollowingQuery
+from pipelines.runtime.reader_modes import Backfill, FollowingQuery
 from pipelines.runtime.runner import PipelineRunner
 from tests.support.fake_clock import FakeClock
 from tests.support.query_parts import RunningQuery, query_context
@@ -271,3 +273,39 @@ def test_a_rebalance_during_the_leave_releases_at_once(tmp_path):
     assert reader.gate.close(0.0)
     assert in_background(lambda: runner.on_fenced(RuntimeError("generation gone"))).wait(WAIT_S)
     assert reader.claims == {}
+
+
+def _report(*ranges):
+    return BatchReport(1, tuple(ranges), 0, 0, 0, None, 0.0, 0.0, True)
+
+
+def test_a_backfill_is_read_once_each_claim_reached_its_log_end_at_the_claim():
+    backfill, reported = Backfill(), []
+    backfill.claimed({A: (5, 10), B: (7, 7)})
+    assert not backfill.reached(A) and backfill.reached(B) and not backfill.reached(C)
+    report = backfill.reporting(reported.append)
+    report(_report(OffsetRange("t", 0, 5, 9)))
+    assert not backfill.reached(A) and len(reported) == 1
+    report(_report(OffsetRange("t", 0, 9, 12)))
+    assert backfill.reached(A)
+
+
+def test_an_available_now_member_ends_once_what_it_owns_is_read():
+    lines, clock = [], FakeClock()
+    ctx = query_context(lines, clock)
+    ctx = dataclasses.replace(ctx, config=SimpleNamespace(trigger=SimpleNamespace(available_now=True)))
+    mode = FollowingQuery(ctx, assignment_dir=None)
+    try:
+        assert not mode.backfilled()                   # no assignment yet
+        mode.assigned(())
+        assert mode.backfilled()                       # nothing to read
+        ctx.owned.assign([A])
+        assert not mode.backfilled()                   # owned, not claimed yet
+        mode.claims[A] = Claim(1, 5)
+        mode.backfill.claimed({A: (5, 10)})
+        assert not mode.backfilled()
+        mode.backfill.reporting(lambda report: None)(_report(OffsetRange("t", 0, 5, 10)))
+        assert mode.backfilled()
+    finally:
+        mode.close()
+    assert FollowingQuery(query_context(lines, clock)).backfill is None  # not available-now: no backfill
