@@ -274,7 +274,7 @@ def scg_run(spark, bootstrap: str, run: dict, base: Path, timers: PhaseTimers) -
         text += "transform: SELECT * FROM input\n"
     path.write_text(text.replace("  starting_offsets: earliest", "  starting_offsets: earliest\n"
                                  f"  max_offsets_per_trigger: {run['max_offsets']}"
-                                 + ("\n  reader: scg-kafka" if follow else "")))
+                                 + ("\n  reader: scg-kafka" if follow else "\n  reader: spark-kafka")))
     config = load_pipeline(path)
     lines: list[tuple[float, str]] = []
     runner = PipelineRunner.open(config, spark, out=lambda line: lines.append((time.monotonic(), line)))
