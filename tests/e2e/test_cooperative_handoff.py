@@ -69,12 +69,13 @@ def test_a_rebalance_pauses_only_the_partitions_that_move(bootstrap, spark, tmp_
     path = write_pipeline(tmp_path / "pipeline.yaml", bootstrap, unique_name, unique_name, tmp_path,
                           extra='format: {type: json, schema: "id BIGINT, name STRING"}\n'
                                 'spark: {spark.master: "local[1]"}\n')
-    path.write_text(path.read_text()
-                    .replace("  heartbeat_interval: 500ms\n", "  heartbeat_interval: 500ms\n  assignor: cooperative-sticky\n"))
+    text = path.read_text().replace("  heartbeat_interval: 500ms\n",
+                                    "  heartbeat_interval: 500ms\n  assignor: cooperative-sticky\n")
+    path.write_text(text.replace("  starting_offsets: earliest\n", "  starting_offsets: earliest\n  reader: spark-kafka\n"))
     following = tmp_path / "pipeline-scg-kafka.yaml"
-    following.write_text(path.read_text().replace("  starting_offsets: earliest\n",
-                                                  "  starting_offsets: earliest\n  reader: scg-kafka\n"
-                                                  "  warm_up_limit: 15s\n"))  # the suite's time
+    following.write_text(text.replace("  starting_offsets: earliest\n",
+                                      "  starting_offsets: earliest\n  reader: scg-kafka\n"
+                                      "  warm_up_limit: 15s\n"))  # the suite's time
     config = load_pipeline(path)
     assert load_pipeline(following).source.reader == "scg-kafka" and config.source.reader == "spark-kafka"
     readers = {"a": path, "b": following, "c": path, "d": following, "e": following}

@@ -57,7 +57,7 @@ def test_ctrl_c_stops_everything_it_started(tmp_path):
     deadline = time.monotonic() + 300
     for line in proc.stdout:  # bounded by the deadline check below and the demo's own limits
         lines.append(line)
-        if "starting query" in line or time.monotonic() > deadline:
+        if "starting query" in line or "query started over reader" in line or time.monotonic() > deadline:
             break
     pids = broker_pids(tmp_path)
     assert pids and all(alive(p) for p in pids), "".join(lines[-20:])

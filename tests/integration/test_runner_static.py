@@ -123,7 +123,8 @@ def test_the_warm_up_reads_through_the_kafka_source_and_leaves_nothing(bootstrap
     topic = unique_name
     create_topic(bootstrap, topic, 2)
     produce(bootstrap, topic, json_events(20))
-    config = load_pipeline(write_pipeline(tmp_path / "p.yaml", bootstrap, topic, unique_name, tmp_path))
+    config = load_pipeline(write_pipeline(tmp_path / "p.yaml", bootstrap, topic, unique_name, tmp_path,
+                                          reader="spark-kafka"))
     lines, members = [], []
 
     def factory(cfg, listener):

@@ -52,8 +52,8 @@ def json_events(n: int, start: int = 0):
 
 
 def write_pipeline(path: Path, bootstrap: str, topic: str, group: str, table_dir: Path,
-                   extra: str = "") -> Path:
-    """A minimal JSON pipeline file for tests."""
+                   extra: str = "", reader: str | None = None) -> Path:
+    """A minimal JSON pipeline file for tests; ``reader``: its ``source.reader`` (None: the default)."""
     path.write_text(textwrap.dedent(f"""\
         name: test-{group}
         kafka:
@@ -64,7 +64,7 @@ def write_pipeline(path: Path, bootstrap: str, topic: str, group: str, table_dir
           session_timeout: 6s
           heartbeat_interval: 500ms
         source:
-          starting_offsets: earliest
+          starting_offsets: earliest{f"{chr(10)}          reader: {reader}" if reader else ""}
         sink:
           path: {table_dir / 'table'}
           dead_letter_path: {table_dir / 'dead'}
