@@ -222,7 +222,8 @@ def handoff(bootstrap: str, base: Path) -> float:
     topic = "handoff"
     create_topic(bootstrap, topic, PARTITIONS)
     producer = SteadyProducer(bootstrap, topic).start()
-    path = write_pipeline(base / "handoff.yaml", bootstrap, topic, "bench-handoff", base / "handoff")
+    path = write_pipeline(base / "handoff.yaml", bootstrap, topic, "bench-handoff", base / "handoff",
+                          reader="spark-kafka")
     a, b = MemberProcess("a", path, base), MemberProcess("b", path, base)
     try:
         _wait(lambda: len(a.owned()) + len(b.owned()) == PARTITIONS and a.owned() and b.owned()

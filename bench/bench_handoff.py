@@ -160,17 +160,12 @@ def run_mode(mode: str, bootstrap: str, base: Path, args, started: list) -> dict
     create_topic(bootstrap, topic, args.partitions)
     path = write_pipeline(work / "pipeline.yaml", bootstrap, topic, group, work,
                           extra='format: {type: json, schema: "id BIGINT, name STRING"}\n'
-                                'spark: {spark.master: "local[1]"}\n')
+                                'spark: {spark.master: "local[1]"}\n', reader=reader, warm_up_limit=None)
     if assignor:
         text = path.read_text()
         assert "  heartbeat_interval: 500ms\n" in text
         path.write_text(text.replace("  heartbeat_interval: 500ms\n",
                                      f"  heartbeat_interval: 500ms\n  assignor: {assignor}\n"))
-    if reader != "spark-kafka":
-        text = path.read_text()
-        assert "  starting_offsets: earliest\n" in text
-        path.write_text(text.replace("  starting_offsets: earliest\n",
-                                     f"  starting_offsets: earliest\n  reader: {reader}\n"))
     producer = SteadyProducer(bootstrap, topic, rate_per_s=args.rate).start()
     names = iter("abcdefghijklmnopqrstuvwxyz")
     members: list[TimedMember] = []

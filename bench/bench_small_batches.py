@@ -54,9 +54,7 @@ def one_member(bootstrap: str, base: Path, label: str, spark_conf: dict, args) -
     spark = {"spark.master": "local[1]", **spark_conf}
     path = write_pipeline(work / "pipeline.yaml", bootstrap, label, label, work,
                           extra='format: {type: json, schema: "id BIGINT, name STRING"}\n'
-                                f"spark: {json.dumps(spark)}\n")
-    path.write_text(path.read_text().replace("  starting_offsets: earliest\n",
-                                             "  starting_offsets: earliest\n  reader: scg-kafka\n"))
+                                f"spark: {json.dumps(spark)}\n", reader="scg-kafka", warm_up_limit=None)
     producer = SteadyProducer(bootstrap, label, rate_per_s=args.rate).start()
     member = MemberProcess(label, path, work)
     try:

@@ -95,7 +95,7 @@ def main() -> None:
                 produce(bootstrap, topic, args.records)
                 path = write_pipeline(base / f"{topic}.yaml", bootstrap, topic, topic, base / topic,
                                       extra='format: {type: json, schema: "id BIGINT, name STRING"}\n'
-                                            'spark: {spark.master: "local[2]"}\n')
+                                            'spark: {spark.master: "local[2]"}\n', reader="spark-kafka")
                 runs[mode].append(one_member(path, warm_up=mode == "on"))
                 say(f"rep {rep + 1}/{args.reps} warm-up {mode}: {runs[mode][-1]}", began)
     finally:

@@ -264,17 +264,17 @@ def scg_run(spark, bootstrap: str, run: dict, base: Path, timers: PhaseTimers) -
 
     label = f"{run['label']}-{uuid.uuid4().hex[:6]}"
     table_dir = base / f"scg-{label}"
-    path = write_pipeline(base / f"{label}.yaml", bootstrap, run["topic"], f"bench-{label}", table_dir,
-                          extra=f"format: {{type: json, schema: '{SCHEMA}'}}\n")
     follow = run["variant"] in ("scg_follow", "scg_sql")  # reader scg-kafka: runs until stopped
+    path = write_pipeline(base / f"{label}.yaml", bootstrap, run["topic"], f"bench-{label}", table_dir,
+                          extra=f"format: {{type: json, schema: '{SCHEMA}'}}\n",
+                          reader="scg-kafka" if follow else "spark-kafka", warm_up_limit=None)
     text = path.read_text()
     if not follow:
         text = text.replace("processing_time: 500ms", "available_now: true")
     if run["variant"] == "scg_sql":  # a pass-through transform: the batch goes through Spark SQL
         text += "transform: SELECT * FROM input\n"
     path.write_text(text.replace("  starting_offsets: earliest", "  starting_offsets: earliest\n"
-                                 f"  max_offsets_per_trigger: {run['max_offsets']}"
-                                 + ("\n  reader: scg-kafka" if follow else "\n  reader: spark-kafka")))
+                                 f"  max_offsets_per_trigger: {run['max_offsets']}"))
     config = load_pipeline(path)
     lines: list[tuple[float, str]] = []
     runner = PipelineRunner.open(config, spark, out=lambda line: lines.append((time.monotonic(), line)))

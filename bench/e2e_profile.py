@@ -109,7 +109,7 @@ def profile(bootstrap: str, base: Path, args) -> dict:
 
     spark = get_or_create_spark("scg-profile", {"spark.master": "local[2]"})
     path = write_pipeline(base / "p.yaml", bootstrap, "profile", "profile", base / "scg",
-                          extra=f"format: {{type: json, schema: '{SCHEMA}'}}\n")
+                          extra=f"format: {{type: json, schema: '{SCHEMA}'}}\n", warm_up_limit=None)
     tables = open_tables(load_pipeline(path), spark)
     fmt = tables.record_format
     for table in (tables.table, tables.dead_table):

@@ -66,16 +66,14 @@ def test_a_rebalance_pauses_only_the_partitions_that_move(bootstrap, spark, tmp_
     """One group, both readers: a and c read with Spark's Kafka source, b, d and e with scg-kafka
     (same group, same tables); b leaves, a is killed."""
     create_topic(bootstrap, unique_name, PARTITIONS)
+    extra = 'format: {type: json, schema: "id BIGINT, name STRING"}\nspark: {spark.master: "local[1]"}\n'
     path = write_pipeline(tmp_path / "pipeline.yaml", bootstrap, unique_name, unique_name, tmp_path,
-                          extra='format: {type: json, schema: "id BIGINT, name STRING"}\n'
-                                'spark: {spark.master: "local[1]"}\n')
-    text = path.read_text().replace("  heartbeat_interval: 500ms\n",
-                                    "  heartbeat_interval: 500ms\n  assignor: cooperative-sticky\n")
-    path.write_text(text.replace("  starting_offsets: earliest\n", "  starting_offsets: earliest\n  reader: spark-kafka\n"))
-    following = tmp_path / "pipeline-scg-kafka.yaml"
-    following.write_text(text.replace("  starting_offsets: earliest\n",
-                                      "  starting_offsets: earliest\n  reader: scg-kafka\n"
-                                      "  warm_up_limit: 15s\n"))  # the suite's time
+                          extra=extra, reader="spark-kafka")
+    following = write_pipeline(tmp_path / "pipeline-scg-kafka.yaml", bootstrap, unique_name, unique_name, tmp_path,
+                               extra=extra, reader="scg-kafka", warm_up_limit="15s")  # the suite's time
+    for pipeline in (path, following):
+        pipeline.write_text(pipeline.read_text().replace("  heartbeat_interval: 500ms\n",
+                                                         "  heartbeat_interval: 500ms\n  assignor: cooperative-sticky\n"))
     config = load_pipeline(path)
     assert load_pipeline(following).source.reader == "scg-kafka" and config.source.reader == "spark-kafka"
     readers = {"a": path, "b": following, "c": path, "d": following, "e": following}

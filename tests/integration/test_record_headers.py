@@ -43,9 +43,9 @@ def _produce(bootstrap: str, topic: str) -> set[tuple[str, int, int]]:
 def _config(tmp_path, bootstrap, topic, group, reader: str):
     path = write_pipeline(tmp_path / "p.yaml", bootstrap, topic, group, tmp_path,
                           extra='format: {type: json, schema: "id BIGINT, name STRING"}\n'
-                                f'transform: "{TRANSFORM}"\n')
+                                f'transform: "{TRANSFORM}"\n', reader=reader)
     text = path.read_text().replace("  starting_offsets: earliest\n",
-                                    f"  starting_offsets: earliest\n  reader: {reader}\n  include_headers: true\n")
+                                    "  starting_offsets: earliest\n  include_headers: true\n")
     path.write_text(text)
     return load_pipeline(path)
 

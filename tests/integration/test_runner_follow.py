@@ -49,11 +49,9 @@ class Member:
 def test_partitions_move_between_following_queries_without_a_restart(bootstrap, spark, tmp_path, unique_name):
     create_topic(bootstrap, unique_name, PARTITIONS)
     produced = produce(bootstrap, unique_name, json_events(400))
-    path = write_pipeline(tmp_path / "p.yaml", bootstrap, unique_name, unique_name, tmp_path)
+    path = write_pipeline(tmp_path / "p.yaml", bootstrap, unique_name, unique_name, tmp_path, reader="scg-kafka")
     path.write_text(path.read_text()
-                    .replace("  heartbeat_interval: 500ms\n", "  heartbeat_interval: 500ms\n  assignor: cooperative-sticky\n")
-                    .replace("  starting_offsets: earliest\n",
-                             "  starting_offsets: earliest\n  reader: scg-kafka\n  warm_up_limit: 5s\n"))
+                    .replace("  heartbeat_interval: 500ms\n", "  heartbeat_interval: 500ms\n  assignor: cooperative-sticky\n"))
     config = load_pipeline(path)
     first = Member(config, spark)
     second = None
@@ -135,10 +133,10 @@ def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap
     claim of that partition reads every record from the start, exactly once."""
     create_topic(bootstrap, unique_name, 2)
     produced = produce(bootstrap, unique_name, json_events(40))
-    path = write_pipeline(tmp_path / "p.yaml", bootstrap, unique_name, unique_name, tmp_path)
+    path = write_pipeline(tmp_path / "p.yaml", bootstrap, unique_name, unique_name, tmp_path, reader="scg-kafka",
+                          warm_up_limit="4s")
     path.write_text(path.read_text().replace("  starting_offsets: earliest\n",
-                                             "  starting_offsets: earliest\n  reader: scg-kafka\n"
-                                             "  warm_up_limit: 4s\n  max_offsets_per_trigger: 10\n"))
+                                             "  starting_offsets: earliest\n  max_offsets_per_trigger: 10\n"))
     config = load_pipeline(path)
     partitions = [TopicPartition(unique_name, p) for p in range(2)]
     lines, members, readers = [], [], []

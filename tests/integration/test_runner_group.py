@@ -25,9 +25,8 @@ def test_two_topics_and_added_partitions(bootstrap, spark, tmp_path, unique_name
     create_topic(bootstrap, first, 2)
     create_topic(bootstrap, second, 1)
     produced = produce(bootstrap, first, json_events(200)) | produce(bootstrap, second, json_events(50))
-    path = write_pipeline(tmp_path / "p.yaml", bootstrap, first, unique_name, tmp_path)
-    path.write_text(path.read_text().replace(f"topics: [{first}]", f"topics: [{first}, {second}]")
-                    .replace("  starting_offsets: earliest\n", f"  starting_offsets: earliest\n  reader: {reader}\n"))
+    path = write_pipeline(tmp_path / "p.yaml", bootstrap, first, unique_name, tmp_path, reader=reader)
+    path.write_text(path.read_text().replace(f"topics: [{first}]", f"topics: [{first}, {second}]"))
     config = load_pipeline(path)
     lines: list[str] = []
     runner = PipelineRunner.open(config, spark, out=lines.append,

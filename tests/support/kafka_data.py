@@ -52,8 +52,10 @@ def json_events(n: int, start: int = 0):
 
 
 def write_pipeline(path: Path, bootstrap: str, topic: str, group: str, table_dir: Path,
-                   extra: str = "", reader: str | None = None) -> Path:
-    """A minimal JSON pipeline file for tests; ``reader``: its ``source.reader`` (None: the default)."""
+                   extra: str = "", reader: str | None = None, warm_up_limit: str | None = "5s") -> Path:
+    """A minimal JSON pipeline file for tests; ``reader``: its ``source.reader`` (None: the
+    default, scg-kafka); ``warm_up_limit``: how long a scg-kafka member joining a group that others
+    read rehearses (5 s: the suite's time; None: the default), never written for spark-kafka."""
     path.write_text(textwrap.dedent(f"""\
         name: test-{group}
         kafka:
@@ -64,7 +66,8 @@ def write_pipeline(path: Path, bootstrap: str, topic: str, group: str, table_dir
           session_timeout: 6s
           heartbeat_interval: 500ms
         source:
-          starting_offsets: earliest{f"{chr(10)}          reader: {reader}" if reader else ""}
+          starting_offsets: earliest{f"{chr(10)}          reader: {reader}" if reader else ""}{
+              f"{chr(10)}          warm_up_limit: {warm_up_limit}" if warm_up_limit and reader != "spark-kafka" else ""}
         sink:
           path: {table_dir / 'table'}
           dead_letter_path: {table_dir / 'dead'}
