@@ -56,10 +56,13 @@ def test_records_deleted_before_they_were_read(bootstrap, spark, tmp_path, uniqu
     config = load_pipeline(path)
     lines: list[str] = []
     batch_zero_done, deleted = threading.Event(), threading.Event()
+    first_batch: list[int] = []
 
     def hold_second_batch(batch_id, ranges):
-        """Batch 1 (the new records) waits, before it reads them, until records were deleted."""
-        if batch_id == 0:
+        """The batch after the first (the new records) waits, before it reads them, until records
+        were deleted."""
+        if not first_batch or first_batch == [batch_id]:
+            first_batch[:] = [batch_id]
             batch_zero_done.set()
         elif not deleted.is_set():
             deleted.wait(WAIT_S)
