@@ -48,6 +48,7 @@ MODULES = (
     "pipelines/runtime/batch_writer.py",
     "pipelines/runtime/partition_checks.py",
     "pipelines/runtime/records.py",
+    "pipelines/runtime/arrow_records.py",
     "pipelines/config/secrets.py",
     "pipelines/runtime/runner.py",
     "pipelines/runtime/query_supervisor.py",
