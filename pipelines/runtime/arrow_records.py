@@ -1,19 +1,22 @@
 """Kafka rows → output rows and dead letters in Arrow, on an executor, with no Spark and no JVM.
 
 The same rule as :mod:`pipelines.runtime.records` (the reasons, their precedence and both tables'
-columns), applied to whole Arrow blocks of records (:func:`split_block`):
+columns), applied to whole Arrow blocks of records (:meth:`BlockDecoder.split`):
 
 * ``null_value`` and ``value_too_large`` are decided on the block's columns;
-* a JSON block is parsed by ``pyarrow.json`` in one call. Only values that start with ``{`` (after
-  JSON whitespace), hold no ``NaN`` or ``Infinity``, at most :data:`MAX_NESTING` opening
-  brackets, and are valid UTF-8 go to that parser, and its rows must be exactly one per value; a block it refuses is split in halves until each refusal is one
-  record, which :func:`decode_value` decides alone. A few bad records in a block of thousands
-  cost a few parses of shrinking halves, never a record-by-record pass over the block;
+* the JSON values that start with ``{`` (after JSON whitespace) are parsed by ``pyarrow.json`` in
+  one call; a block it refuses (invalid JSON or UTF-8, a wrong type), or whose rows are not
+  exactly one per value, is split in halves until each refusal is one value, which
+  :func:`decode_value` decides alone. A few bad records in a block of thousands cost a few
+  parses of shrinking halves, never a record-by-record pass over the block. Values holding
+  ``NaN`` or ``Infinity`` (which that parser reads bare) or more than :data:`MAX_NESTING`
+  opening brackets are decided alone whatever it says;
 * :func:`decode_value` is the reference for one value: strict JSON (RFC 8259: one value, nothing
-  after it but whitespace, no single quotes, no BOM, no bare ``NaN`` or ``Infinity``) of one object in valid UTF-8, fields by exact
-  name, the last of duplicate names wins, nested at most :data:`MAX_NESTING` levels, each field converted as Spark's ``from_json`` converts
-  it (see :func:`convert_field`). A value the decoder itself cannot handle (e.g. nesting beyond
-  Python's recursion limit) is the dead letter ``undecodable``.
+  after it but whitespace, no single quotes, no BOM, no bare ``NaN`` or ``Infinity``) of one
+  object in valid UTF-8, nested at most :data:`MAX_NESTING` levels; fields by exact name, the
+  last of duplicate names wins, each converted as Spark's ``from_json`` converts it (see
+  :func:`convert_field`). A value the decoder itself fails on (not a parse error) is the dead
+  letter ``undecodable``.
 
 Only the field types listed in :data:`BLOCK_TYPES` are decoded here (:func:`arrow_decodable`);
 a schema with any other type (timestamp, date, decimal, binary) keeps the Spark SQL path.
@@ -25,12 +28,12 @@ import contextlib
 import functools
 import json
 import math
-from decimal import Decimal
 import re
 import struct
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,8 +49,7 @@ BLOCK_TYPES = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "
 _INT_BOUNDS = {"int": (-2 ** 31, 2 ** 31 - 1), "bigint": (-2 ** 63, 2 ** 63 - 1)}
 _OBJECT_START = r"^[ \t\r\n]*\{"
 # values holding these are decided alone: the block parser reads bare NaN and Infinity, which
-# strict JSON does not have (a value that splits into several objects, e.g. at a line break, gives
-# the block more rows than values and is found by halving)
+# strict JSON does not have
 _CONSTANTS = ("NaN", "Infinity")
 _DDL_FIELD = re.compile(r"\s*(`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*)\s+([A-Za-z]+)\s*")
 
@@ -90,7 +92,7 @@ def _split_top_level(text: str) -> list[str]:
 
 
 def arrow_decodable(fmt: RecordFormat) -> bool:
-    """Whether :func:`split_block` decodes records of ``fmt``: raw values, or JSON whose fields
+    """Whether :class:`BlockDecoder` decodes records of ``fmt``: raw values, or JSON whose fields
     are all of :data:`BLOCK_TYPES`."""
     if fmt.kind == "raw":
         return True
