@@ -70,7 +70,7 @@ def _tables(spark, tmp_path, name, fmt):
     return table, dead
 
 
-def _write(spark, table, dead, fmt, ranges, batch_df, transform=None, prepare=None):
+def _write(table, dead, fmt, ranges, batch_df, transform=None, prepare=None):
     tps = [r.tp for r in ranges]
     targets = TableTargets(table, dead, table.claim(tps), dead.claim(tps))
     prepared = []
@@ -113,11 +113,11 @@ def test_the_arrow_path_and_spark_sql_make_the_same_tables(spark, bootstrap, uni
     client = {"bootstrap.servers": bootstrap, "isolation.level": "read_uncommitted"}
 
     arrow_out, arrow_dead = _tables(spark, tmp_path, "arrow", fmt)
-    prepared = _write(spark, arrow_out, arrow_dead, fmt, ranges, batch_df,
+    prepared = _write(arrow_out, arrow_dead, fmt, ranges, batch_df,
                       prepare=arrow_batches(spark, fmt, None, client, lambda: 2))
     assert [type(b) for b in prepared] == [ArrowKafkaBatch]  # the Arrow pass wrote this batch
     sql_out, sql_dead = _tables(spark, tmp_path, "sql", fmt)
-    _write(spark, sql_out, sql_dead, fmt, ranges, batch_df, transform="SELECT * FROM input")
+    _write(sql_out, sql_dead, fmt, ranges, batch_df, transform="SELECT * FROM input")
 
     for arrow_path, sql_path in ((arrow_out.path, sql_out.path), (arrow_dead.path, sql_dead.path)):
         (arrow_schema_, arrow_rows), (sql_schema, sql_rows) = _rows(arrow_path), _rows(sql_path)
