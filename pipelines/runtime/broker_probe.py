@@ -6,8 +6,8 @@ offsets come from the member's own OffsetFetch (``GroupMember.group_offsets``), 
 copies without a terminating NUL, as a C string (past the end of its buffer).
 
 Each partition gets its own answer: a partition whose leader is missing, whose topic is unknown,
-or whose request timed out is reported with that condition while the others are described
-(:class:`ProbeResult`). Offsets are next-offset-to-read: ``latest`` is the log-end offset.
+whose request timed out, or that was answered with no offset (a negative one, while a broker
+restarts) is reported with that condition while the others are described (:class:`ProbeResult`). Offsets are next-offset-to-read: ``latest`` is the log-end offset.
 
 A topic ID is only ever one the brokers answered: a describe that failed (a broker restarting, a
 timeout) or answered the all-zero ID is a condition, never an ID that could read as a recreated
@@ -35,8 +35,11 @@ GROUP_PATIENCE_S = 10.0       # how long group_members asks again while the brok
 # what the brokers answer for a topic that does not exist (librdkafka's names of codes 3, -188, 100)
 TOPIC_GONE = frozenset({"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC", "UNKNOWN_TOPIC_ID"})
 NO_TOPIC_ID = "TOPIC_ID_UNKNOWN"  # a describe answered the all-zero topic ID
+# an offset lookup answered with no offset (librdkafka's -1001, seen while a broker restarts)
+NO_OFFSET = "OFFSET_INVALID"
 # conditions of the client itself, not of a topic or partition: the next call starts a new client
-CLIENT_FAILURES = frozenset({"TIMED_OUT", "TIMED_OUT_QUEUE", "CONNECTION_FAILED", "TRANSPORT", "ALL_BROKERS_DOWN"})
+CLIENT_FAILURES = frozenset({"TIMED_OUT", "TIMED_OUT_QUEUE", "CONNECTION_FAILED", "TRANSPORT", "ALL_BROKERS_DOWN",
+                             NO_OFFSET})
 
 
 class TopicIdsUnconfirmed(ScgError):
@@ -134,7 +137,8 @@ class BrokerProbe:
 
         partitions, errors = sorted(set(partitions)), {}
         with self._lock:
-            found = self._offsets(self._client(), partitions, OffsetSpec.for_timestamp(timestamp_ms), errors)
+            found = self._offsets(self._client(), partitions, OffsetSpec.for_timestamp(timestamp_ms), errors,
+                                  lowest=-1)
         return found, {tp: errors.get(tp, "PARTITION_UNAVAILABLE") for tp in partitions if tp not in found}
 
     def group_members(self, group_id: str, patience_s: float = GROUP_PATIENCE_S,
@@ -209,8 +213,10 @@ class BrokerProbe:
         self._replace_client_after(errors.values())
         return ids, errors
 
-    def _offsets(self, admin, partitions, spec, errors: dict,
-                 committed_only: bool = False) -> dict[TopicPartition, int]:
+    def _offsets(self, admin, partitions, spec, errors: dict, committed_only: bool = False,
+                 lowest: int = 0) -> dict[TopicPartition, int]:
+        """Per partition the offset the brokers answered, or its condition in ``errors``; an
+        answer below ``lowest`` is no answer (:data:`NO_OFFSET`)."""
         from confluent_kafka import IsolationLevel
         from confluent_kafka import TopicPartition as CkTopicPartition
 
@@ -228,9 +234,14 @@ class BrokerProbe:
         for key, future in futures.items():
             tp = TopicPartition(key.topic, key.partition)
             try:
-                found[tp] = future.result(timeout=self.timeout_s).offset
+                offset = future.result(timeout=self.timeout_s).offset
             except Exception as exc:  # noqa: BLE001 - per partition: named, the others go on
                 errors[tp] = _condition(exc)
+                continue
+            if offset < lowest:
+                errors[tp] = NO_OFFSET
+            else:
+                found[tp] = offset
         self._replace_client_after(errors.values())
         return found
 

@@ -16,6 +16,9 @@ Guarantees, offsets being next-offset-to-read (docs/DESIGN.md, invariant 2):
   passed the one wanted, or the log ends before ``end`` (truncation) — raise
   :class:`KafkaDataLoss`, which names the partition and the lost offsets (the runner applies the
   pipeline's ``on_data_loss`` to it, as with Spark's ``failOnDataLoss``);
+* a consumer that makes no progress for ``replace_after_s`` is closed and a new one (fresh
+  connections and metadata) goes on from the offset reached: librdkafka's consumer that knew a
+  topic before it was deleted and created again never fetches the new topic's partitions;
 * a read that makes no progress for ``stall_timeout_s`` raises :class:`KafkaReadStalled` (the
   query fails and the runner restarts it from the table's offsets);
 * the consumer never joins a group and never commits: offsets live in the Delta table;
@@ -44,6 +47,7 @@ HEADERS_ARROW = pa.field("headers", pa.list_(pa.struct([pa.field("key", pa.strin
 KAFKA_ROW_WITH_HEADERS_ARROW = KAFKA_ROW_ARROW.append(HEADERS_ARROW)  # records.kafka_row_ddl(True)
 FETCH_ROWS = 10_000          # records per consume() call and at most per Arrow batch
 STALL_TIMEOUT_S = 120.0      # Spark's kafkaConsumer.pollTimeoutMs
+REPLACE_AFTER_S = 10.0       # a consumer silent this long is replaced (a healthy one answers in ms)
 FETCH_DEFAULTS = {           # the pipeline's client settings may change these
     # librdkafka pauses fetching for this long whenever its local queue was full (default 1 s): a
     # reader that drains the queue as fast as it fills waited half its time (measured: 1M records
@@ -135,8 +139,10 @@ class RangeConsumers:
             consumer = waiting.pop()[1] if waiting else None
         for old in stale:
             _close_quietly(old)
-        if consumer is not None:
-            return consumer
+        return consumer if consumer is not None else self.new(config)
+
+    def new(self, config: Mapping[str, object]):
+        """A new consumer with ``config``, never a kept one."""
         if self._factory is None:
             from confluent_kafka import Consumer
             return Consumer(dict(config))
@@ -187,7 +193,8 @@ def _close_quietly(consumer) -> None:
 
 def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, headers: bool = False,
                consumers: RangeConsumers | None = None, fetch_rows: int = FETCH_ROWS,
-               stall_timeout_s: float = STALL_TIMEOUT_S, clock=time.monotonic) -> Iterator[pa.RecordBatch]:
+               stall_timeout_s: float = STALL_TIMEOUT_S, replace_after_s: float = REPLACE_AFTER_S,
+               clock=time.monotonic) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``rng`` as Arrow batches of at most ``fetch_rows`` rows, with the
     ``headers`` column when asked. ``client_config``: librdkafka settings (bootstrap, security,
     ``isolation.level``); ``consumers``: where the consumer comes from and goes back to (default
@@ -201,7 +208,8 @@ def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, headers
     consumer = consumers.take(config)
     try:
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
-        expected, end, last_progress = rng.start, rng.end, clock()
+        expected, end = rng.start, rng.end
+        last_progress = consumer_since = clock()
         while expected < end:
             # consume() waits for as many events as asked (or the timeout): never ask for more than
             # the range still holds (a record past the end or the end of the log is an event too)
@@ -233,10 +241,15 @@ def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, headers
                 expected = offset + 1
             if offsets:
                 yield _record_batch(rng, keys, values, offsets, times, header_lists)
+            now = clock()
             if messages:
-                last_progress = clock()
-            elif clock() - last_progress >= stall_timeout_s:
-                raise KafkaReadStalled(rng, expected, clock() - last_progress)
+                last_progress = now
+            elif now - last_progress >= stall_timeout_s:
+                raise KafkaReadStalled(rng, expected, now - last_progress)
+            elif now - max(last_progress, consumer_since) >= replace_after_s:
+                _close_quietly(consumer)
+                consumer, consumer_since = consumers.new(config), now
+                consumer.assign([TopicPartition(rng.topic, rng.partition, expected)])
     except BaseException:  # an error, or the task ended before the range did: not kept
         _close_quietly(consumer)
         raise

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from confluent_kafka import KafkaError, KafkaException
 
 from groupmgr.core import TopicPartition
-from pipelines.runtime.broker_probe import BrokerProbe
+from pipelines.runtime.broker_probe import NO_OFFSET, BrokerProbe
 
 
 class ScriptedAdmin:
@@ -106,3 +106,22 @@ def test_the_backlog_is_what_the_committed_offsets_are_behind():
     probe = BrokerProbe({"bootstrap.servers": "unused:9092"}, admin_factory=lambda config: admin)
     assert probe.backlog({TopicPartition("t", 0): 10, TopicPartition("t", 1): 95}) == 105  # 100 + 5
     assert probe.backlog({TopicPartition("t", 2): 9}) == 0  # a log end below the offset is not negative
+
+
+def test_a_log_end_answered_as_no_offset_is_a_condition_never_an_offset():
+    admin = LogEndsAdmin({("t", 0): 110, ("t", 1): -1001, ("t", 2): -1})
+    created = []
+    probe = BrokerProbe({"bootstrap.servers": "unused:9092"},
+                        admin_factory=lambda config: created.append(config) or admin)
+    t0, t1, t2 = (TopicPartition("t", p) for p in range(3))
+    ends, errors = probe.log_ends([t0, t1, t2])
+    assert ends == {t0: 110} and errors == {t1: NO_OFFSET, t2: NO_OFFSET}
+    probe.log_ends([t0])
+    assert len(created) == 2  # fresh metadata after the unanswered lookup
+
+
+def test_by_time_minus_one_means_past_the_log_end_but_minus_1001_is_no_answer():
+    admin = LogEndsAdmin({("t", 0): -1, ("t", 1): -1001})
+    probe = BrokerProbe({"bootstrap.servers": "unused:9092"}, admin_factory=lambda config: admin)
+    t0, t1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    assert probe.offsets_at([t0, t1], 1_000) == ({t0: -1}, {t1: NO_OFFSET})

@@ -253,6 +253,7 @@ class FakeConsumer:
 
     def assign(self, partitions):
         self.assigned = partitions
+        self.positions = getattr(self, "positions", []) + [p.offset for p in partitions]
 
     def consume(self, n, timeout):
         self.asked = getattr(self, "asked", []) + [n]
@@ -325,6 +326,26 @@ def test_a_read_without_progress_stalls_after_its_bound():
         return now[0]
     with pytest.raises(KafkaReadStalled, match="no progress at offset 5"):
         read([], OffsetRange("t", 0, 5, 8), stall_timeout_s=30.0, clock=clock)
+
+
+def test_a_silent_consumer_is_replaced_and_the_new_one_goes_on_from_the_offset_reached():
+    """librdkafka's consumer that knew a topic before it was recreated never fetches the new one."""
+    now = [0.0]
+
+    def clock():
+        now[0] += 4.0
+        return now[0]
+    stale = FakeConsumer([[Msg(5)]])
+    fresh = FakeConsumer([[Msg(6), Msg(7)]])
+    made = iter([stale, fresh])
+    kept = RangeConsumers(lambda c: next(made))
+    rows = [r["offset"] for b in read_range({}, OffsetRange("t", 0, 5, 8), consumers=kept,
+                                            replace_after_s=10.0, stall_timeout_s=60.0, clock=clock)
+            for r in b.to_pylist()]
+    assert rows == [5, 6, 7]
+    assert (stale.positions, fresh.positions) == ([5], [6])
+    assert stale.closed and fresh.assigned is None and not fresh.closed  # the new one is kept
+    assert kept.take({**FETCH_DEFAULTS, **READER_SETTINGS}) is fresh
 
 
 def test_the_consumer_prefetches_about_one_batch_unless_the_pipeline_says_so():
