@@ -28,10 +28,11 @@ import pyarrow as pa
 from groupmgr.core import OffsetRange
 from pipelines.runtime.arrow_records import BlockDecoder, arrow_decodable
 from pipelines.runtime.assigned_offsets import task_groups
-from pipelines.runtime.batch_writer import DeadLetterDecisions, BatchRows, PlannedWrite, SparkBatch
+from pipelines.runtime.batch_writer import (BatchRows, DeadLetterDecisions, PlannedWrite, SparkBatch,
+                                           write_both_tables)
 from pipelines.runtime.kafka_range_reader import read_range
 from pipelines.runtime.records import DEAD_LETTER, OUTPUT, RecordFormat
-from sinks.data_files import METADATA_DDL, WrittenFiles, metadata_batch
+from sinks.data_files import METADATA_DDL, WrittenFiles
 
 
 @dataclass(frozen=True)
@@ -57,22 +58,16 @@ def write_ranges(tasks: RangesTasks, batches: Iterator[pa.RecordBatch]) -> Itera
 
 
 def _write_group(tasks: RangesTasks, decoder: BlockDecoder, ranges: tuple[OffsetRange, ...]) -> Iterator[pa.RecordBatch]:
-    writes = {DEAD_LETTER: tasks.dead, OUTPUT: tasks.output}
-    files = {name: write.writer.open(write.keep_from) for name, write in writes.items()}
-    try:
+    columns = {DEAD_LETTER: tasks.dead.writer.schema.names, OUTPUT: tasks.output.writer.schema.names}
+
+    def rows_by_table() -> Iterator[tuple[str, pa.Table]]:
         for rng in ranges:
             for block in read_range(tasks.client_config, rng, headers=tasks.fmt.headers):
                 split = decoder.split(block)
                 for name, rows in ((DEAD_LETTER, split.dead_letters), (OUTPUT, split.output)):
-                    if rows.num_rows:
-                        files[name].add(rows.select(writes[name].writer.schema.names))
-        written = {name: file_set.finish() for name, file_set in files.items()}
-    except BaseException:
-        for file_set in files.values():
-            file_set.abandon()
-        raise
-    for name, table_files in written.items():
-        yield metadata_batch(table_files, name)
+                    yield name, rows.select(columns[name])
+
+    return write_both_tables(tasks.dead, tasks.output, rows_by_table())
 
 
 @dataclass

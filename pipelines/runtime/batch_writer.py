@@ -245,14 +245,25 @@ def _write_both_task(dead: PlannedWrite, output: PlannedWrite,
                      batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One Spark task over :func:`records.split_rows` batches: each record's row goes to the file
     set of the table whose struct is set; yields both tables' file metadata, named by table."""
+    def rows_by_table() -> Iterator[tuple[str, pa.RecordBatch]]:
+        for batch in batches:
+            for name in (DEAD_LETTER, OUTPUT):
+                rows = batch.column(name)
+                yield name, pa.RecordBatch.from_struct_array(rows.filter(rows.is_valid()))
+
+    return write_both_tables(dead, output, rows_by_table())
+
+
+def write_both_tables(dead: PlannedWrite, output: PlannedWrite,
+                      rows: Iterable[tuple[str, pa.RecordBatch | pa.Table]]) -> Iterator[pa.RecordBatch]:
+    """One task's files of both tables: each ``(table, rows)`` of ``rows`` (``table`` is
+    ``records.DEAD_LETTER`` or ``records.OUTPUT``) goes to that table's file set; yields both
+    tables' file metadata, named by table. On any error every file is abandoned (never committed)."""
     files = {DEAD_LETTER: dead.writer.open(dead.keep_from), OUTPUT: output.writer.open(output.keep_from)}
     try:
-        for batch in batches:
-            for name, file_set in files.items():
-                rows = batch.column(name)
-                kept = rows.filter(rows.is_valid())
-                if len(kept):
-                    file_set.add(pa.RecordBatch.from_struct_array(kept))
+        for name, part in rows:
+            if part.num_rows:
+                files[name].add(part)
         written = {name: file_set.finish() for name, file_set in files.items()}
     except BaseException:
         for file_set in files.values():
