@@ -28,6 +28,7 @@ Guarantees, offsets being next-offset-to-read (docs/DESIGN.md, invariant 2):
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import threading
 import time
@@ -36,6 +37,8 @@ from collections.abc import Callable, Iterator, Mapping
 import pyarrow as pa
 
 from groupmgr.core import OffsetRange, ScgError, TopicPartition
+
+log = logging.getLogger(__name__)
 
 KAFKA_ROW_ARROW = pa.schema([
     pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("topic", pa.string()),
@@ -247,6 +250,8 @@ def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, headers
             elif now - last_progress >= stall_timeout_s:
                 raise KafkaReadStalled(rng, expected, now - last_progress)
             elif now - max(last_progress, consumer_since) >= replace_after_s:
+                log.warning("%s-%s: no record for %.0fs at offset %d; a new consumer goes on from there",
+                            rng.topic, rng.partition, now - max(last_progress, consumer_since), expected)
                 _close_quietly(consumer)
                 consumer, consumer_since = consumers.new(config), now
                 consumer.assign([TopicPartition(rng.topic, rng.partition, expected)])
