@@ -11,7 +11,8 @@ and 32.4 CPU-s without the archive, 14.0 s and 20.4 CPU-s with it; several drive
 also share its pages.
 
 The archive is only valid for the JVM and class path it was recorded with. Its key (the ``java``
-binary and each jar's name and size on the driver's class path) is written beside it; a driver
+binary and each jar's name, size and modification time on the driver's class path: the JVM
+refuses an archive whose jars were written again, as a reinstalled pyspark's are) is written beside it; a driver
 uses the archive only while the key matches, and bootstrap records a new one when it does not.
 A JVM that still refuses the archive starts exactly as it would without it, and says nothing.
 Not recording an archive (a JVM without dynamic CDS) only costs start-up time.
@@ -44,10 +45,10 @@ def holds(path: Path, key: str) -> bool:
     return path.is_file() and path.read_text().strip() == key
 
 
-def archive_key(java: str, jars: Iterable[tuple[str, int]]) -> str:
+def archive_key(java: str, jars: Iterable[tuple[str, int, int]]) -> str:
     """The identity of what an archive is valid for: the ``java`` binary and the class path's
-    jars as (name, size) pairs, in any order."""
-    text = "\n".join([java, *(f"{name} {size}" for name, size in sorted(jars))])
+    jars as (name, size, modification time in ns) triples, in any order."""
+    text = "\n".join([java, *(" ".join(map(str, jar)) for jar in sorted(jars))])
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -64,7 +65,8 @@ def current_key() -> str | None:
     if pyspark is None or not pyspark.submodule_search_locations:
         return None
     jar_dirs = [Path(pyspark.submodule_search_locations[0]) / "jars", jars_dir() / "spark"]
-    jars = [(jar.name, jar.stat().st_size) for d in jar_dirs if d.is_dir() for jar in d.glob("*.jar")]
+    jars = [(jar.name, stat.st_size, stat.st_mtime_ns)
+            for d in jar_dirs if d.is_dir() for jar in d.glob("*.jar") for stat in [jar.stat()]]
     return archive_key(os.path.realpath(java), jars)
 
 

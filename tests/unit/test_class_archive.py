@@ -9,7 +9,8 @@ from pipelines.local.record_class_archive import record
 from pipelines.runtime import class_archive
 from pipelines.runtime.class_archive import archive_key, driver_java_options
 
-JARS = [("spark-core_2.13-4.0.1.jar", 15_000_000), ("delta-spark_2.13-4.0.0.jar", 6_000_000)]
+JARS = [("spark-core_2.13-4.0.1.jar", 15_000_000, 1_700_000_000_000_000_000),
+        ("delta-spark_2.13-4.0.0.jar", 6_000_000, 1_700_000_000_000_000_000)]
 
 
 def test_key_ignores_order_and_changes_with_the_jvm_or_any_jar():
@@ -17,8 +18,10 @@ def test_key_ignores_order_and_changes_with_the_jvm_or_any_jar():
     assert archive_key("/usr/lib/jvm/java-17/bin/java", list(reversed(JARS))) == key
     assert archive_key("/usr/lib/jvm/java-21/bin/java", JARS) != key
     assert archive_key("/usr/lib/jvm/java-17/bin/java", JARS[:1]) != key
-    assert archive_key("/usr/lib/jvm/java-17/bin/java", [JARS[0], (JARS[1][0], JARS[1][1] + 1)]) != key
-    assert archive_key("/usr/lib/jvm/java-17/bin/java", [JARS[0], ("delta-spark_2.13-4.0.1.jar", JARS[1][1])]) != key
+    assert archive_key("/usr/lib/jvm/java-17/bin/java", [JARS[0], (JARS[1][0], JARS[1][1] + 1, JARS[1][2])]) != key
+    assert archive_key("/usr/lib/jvm/java-17/bin/java", [JARS[0], ("delta-spark_2.13-4.0.1.jar", *JARS[1][1:])]) != key
+    # the same jar written again (a reinstalled pyspark): the JVM refuses the archive
+    assert archive_key("/usr/lib/jvm/java-17/bin/java", [JARS[0], (*JARS[1][:2], JARS[1][2] + 1)]) != key
 
 
 @pytest.fixture
