@@ -13,6 +13,17 @@ from typing import Any, Mapping, Sequence
 from groupmgr.core import ExitCategory, ScgError
 
 
+def one_line_summary(cause: BaseException, limit: int = 300) -> str:
+    """``Type: first line of the text`` of ``cause``, at most ``limit`` characters (a
+    ``SystemExit`` shows its exit code)."""
+    if isinstance(cause, SystemExit):
+        text = f"exit code {cause.code!r}"
+    else:
+        text = next((line.strip() for line in str(cause).splitlines() if line.strip()), "")
+    summary = f"{type(cause).__name__}: {text}" if text else type(cause).__name__
+    return summary if len(summary) <= limit else summary[:limit - 3] + "..."
+
+
 class AssignorError(ScgError):
     """Base class of every assignor error; ``condition`` names the case."""
 
@@ -38,7 +49,8 @@ class UnknownAssignorError(AssignorError, LookupError):
 
 
 class AssignorImportError(AssignorError, ImportError):
-    """A ``module:Class`` spec or entry point could not be loaded or instantiated."""
+    """A ``module:Class`` spec or entry point could not be loaded or instantiated. The message is
+    one line: the cause's type and the first line of its text (``summary``)."""
 
     condition = "ASSIGNOR_IMPORT_FAILED"
     exit_category = ExitCategory.CONFIG
@@ -46,7 +58,8 @@ class AssignorImportError(AssignorError, ImportError):
     def __init__(self, spec: str, cause: BaseException) -> None:
         self.spec = spec
         self.cause = cause
-        super().__init__(f"cannot load assignor {spec!r}: {type(cause).__name__}: {cause}")
+        self.summary = one_line_summary(cause)
+        super().__init__(f"cannot load assignor {spec!r}: {self.summary}")
 
 
 class DuplicateAssignorError(AssignorError):

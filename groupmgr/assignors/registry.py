@@ -29,6 +29,9 @@ from .api import PartitionAssignor
 from .assignor_errors import AssignorImportError, DuplicateAssignorError, UnknownAssignorError
 
 ENTRY_POINT_GROUP = "groupmgr.assignors"
+# What plug-in code may raise while it is imported or made: any error, and SystemExit (a module
+# calling sys.exit() would otherwise end the process, with exit 0 for sys.exit(0)).
+PLUGIN_FAILURES = (Exception, SystemExit)
 
 BUILTIN_ASSIGNORS: dict[str, str] = {
     "range": "groupmgr.assignors.range:RangeAssignor",
@@ -61,7 +64,7 @@ def _resolve(spec: str) -> Any:
         obj: Any = importlib.import_module(module_name)
         for attr in attr_path.split("."):
             obj = getattr(obj, attr)
-    except (ImportError, AttributeError) as exc:
+    except PLUGIN_FAILURES as exc:  # a plug-in module can fail in any way on import
         raise AssignorImportError(spec, exc) from exc
     return obj
 
@@ -78,7 +81,7 @@ def load_assignor(spec: str) -> PartitionAssignor:
             raise AssignorImportError(spec, TypeError(f"{obj.__qualname__} is not a PartitionAssignor subclass"))
         try:
             obj = obj()
-        except Exception as exc:  # a plug-in constructor can fail in any way
+        except PLUGIN_FAILURES as exc:  # a plug-in constructor can fail in any way
             raise AssignorImportError(spec, exc) from exc
     if not isinstance(obj, PartitionAssignor):
         raise AssignorImportError(spec, TypeError(f"{type(obj).__name__} object is not a PartitionAssignor"))

@@ -281,3 +281,42 @@ def test_validate_assignment_directly():
 def test_subscription_rejects_a_bare_string_topic_list():
     with pytest.raises(TypeError):
         Subscription("topic")
+
+
+@pytest.mark.parametrize("body, cause", [
+    ("raise RuntimeError('plug-in broken at import\\nsecond line')", RuntimeError),
+    ("def broken(:\n    pass", SyntaxError),
+    ("import sys\nsys.exit(0)", SystemExit),
+    ("import sys\nsys.exit('bye')", SystemExit),
+    ("raise KeyError('k')", KeyError),
+])
+def test_a_module_failing_on_import_is_an_import_error_with_a_one_line_summary(tmp_path, monkeypatch, body, cause):
+    name = f"scg_test_broken_{next(_module_ids)}"
+    (tmp_path / f"{name}.py").write_text(body + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(AssignorImportError) as info:
+        get_assignor(f"{name}:Anything")
+    assert isinstance(info.value.cause, cause)
+    assert info.value.condition == "ASSIGNOR_IMPORT_FAILED"
+    assert "\n" not in str(info.value) and info.value.summary.startswith(cause.__name__)
+
+
+def test_a_constructor_calling_sys_exit_is_an_import_error(tmp_path, monkeypatch):
+    name = f"scg_test_exit_{next(_module_ids)}"
+    (tmp_path / f"{name}.py").write_text(
+        "import sys\nfrom groupmgr.assignors import PartitionAssignor\n"
+        "class Quits(PartitionAssignor):\n    name = 'quits'\n"
+        "    def __init__(self):\n        sys.exit(3)\n"
+        "    def assign(self, partitions_per_topic, subscriptions):\n        return {}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(AssignorImportError) as info:
+        get_assignor(f"{name}:Quits")
+    assert isinstance(info.value.cause, SystemExit) and "exit code 3" in info.value.summary
+
+
+def test_keyboard_interrupt_during_import_is_not_swallowed(tmp_path, monkeypatch):
+    name = f"scg_test_interrupt_{next(_module_ids)}"
+    (tmp_path / f"{name}.py").write_text("raise KeyboardInterrupt\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        get_assignor(f"{name}:Anything")
