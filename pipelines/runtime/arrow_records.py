@@ -15,8 +15,9 @@ columns), applied to whole Arrow blocks of records (:meth:`BlockDecoder.split`):
   after it but whitespace, no single quotes, no BOM, no bare ``NaN`` or ``Infinity``) of one
   object in valid UTF-8, nested at most :data:`MAX_NESTING` levels; fields by exact name, the
   last of duplicate names wins, each converted as Spark's ``from_json`` converts it (see
-  :func:`convert_field`). A value the decoder itself fails on (not a parse error) is the dead
-  letter ``undecodable``.
+  :func:`convert_field`). An empty value, invalid UTF-8 and an object followed by more than
+  whitespace have reasons of their own (``empty_value``, ``invalid_utf8``, ``trailing_data``).
+  A value the decoder itself fails on (not a parse error) is the dead letter ``undecodable``.
 
 Only the field types listed in :data:`BLOCK_TYPES` are decoded here (:func:`arrow_decodable`);
 a schema with any other type (timestamp, date, decimal, binary) keeps the Spark SQL path.
@@ -38,8 +39,9 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.runtime.records import (HEADERS, MALFORMED_JSON, NULL_VALUE, SCHEMA_MISMATCH, VALUE_TOO_LARGE,
-                                       RecordFormat)
+from pipelines.runtime.records import (EMPTY_VALUE, HEADERS, INVALID_UTF8, MALFORMED_JSON,
+                                       MAX_BRACKETS_TOLD_APART, NULL_VALUE, SCHEMA_MISMATCH, TRAILING_DATA,
+                                       VALUE_TOO_LARGE, RecordFormat)
 
 UNDECODABLE = "undecodable"  # the decoder failed on the value itself (not a parse error)
 MAX_NESTING = 999  # deeper values are malformed: Spark SQL's check parses the value inside one more array,
@@ -106,18 +108,25 @@ class _Mismatch(Exception):
 
 
 def decode_value(value: bytes, fields: Sequence[FieldSpec]) -> tuple[dict | None, str | None]:
-    """One JSON value → (its fields, None), or (None, the dead-letter reason): ``malformed_json``
-    when it is not one strict JSON object in valid UTF-8, ``schema_mismatch`` when a field does not
-    fit its type, ``undecodable`` when the decoder fails on it. Pure."""
+    """One JSON value → (its fields, None), or (None, the dead-letter reason): ``empty_value``
+    for no bytes, ``invalid_utf8``, ``trailing_data`` for one object followed by more than
+    whitespace (below ``MAX_BRACKETS_TOLD_APART`` brackets), ``malformed_json`` when it is not
+    one strict JSON object otherwise, ``schema_mismatch`` when a field does not fit its type,
+    ``undecodable`` when the decoder fails on it. Pure."""
+    if not value:
+        return None, EMPTY_VALUE
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, INVALID_UTF8
     try:
         try:
-            text = value.decode("utf-8")
             depth = nesting_depth(text)
             if depth > MAX_NESTING:
                 return None, MALFORMED_JSON
             with _recursion_room(depth):
                 return _object_fields(text, fields)
-        except ValueError:  # not UTF-8, not JSON, or a bare NaN / Infinity
+        except ValueError:  # not JSON, or a bare NaN / Infinity
             return None, MALFORMED_JSON
     except RecursionError:
         return None, UNDECODABLE
@@ -163,10 +172,17 @@ def _recursion_room(depth: int):
             sys.setrecursionlimit(before)
 
 
+_JSON_WHITESPACE = " \t\r\n"
+
+
 def _object_fields(text: str, fields: Sequence[FieldSpec]) -> tuple[dict | None, str | None]:
-    pairs = json.loads(text, object_pairs_hook=_Pairs, parse_float=_FloatText, parse_constant=_refuse_constant)
+    start = len(text) - len(text.lstrip(_JSON_WHITESPACE))
+    pairs, end = _DECODER.raw_decode(text, start)
     if not isinstance(pairs, _Pairs):
         return None, MALFORMED_JSON
+    if text[end:].strip(_JSON_WHITESPACE):
+        too_many = text.count("{") + text.count("[") >= MAX_BRACKETS_TOLD_APART
+        return None, MALFORMED_JSON if too_many else TRAILING_DATA
     found = dict(pairs)  # the last of duplicate names wins, as in Spark
     try:
         return {f.name: convert_field(found.get(f.name), f.type_name) for f in fields}, None
@@ -184,6 +200,9 @@ class _Pairs(list):
 
 class _FloatText(str):
     """A JSON number with a fraction or exponent, as written."""
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_Pairs, parse_float=_FloatText, parse_constant=_refuse_constant)
 
 
 def convert_field(value, type_name: str):

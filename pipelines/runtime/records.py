@@ -14,9 +14,17 @@ Dead-letter rule (docs/DESIGN.md invariant 6; a bad record is never dropped sile
   append-only table, so they are recorded as dead letters rather than silently skipped.
 * ``value_too_large`` — the value is longer than ``max_value_bytes`` (a value of exactly
   ``max_value_bytes`` bytes is kept).
-* ``malformed_json`` — the value is not one JSON object in strict JSON (json format only): not
-  valid UTF-8, blank, single-quoted, a bare ``NaN`` or ``Infinity``, nested deeper than 999
-  levels, or followed by anything but whitespace.
+* ``empty_value`` — the value has no bytes (not a tombstone: a value that is there and empty;
+  json only, a raw value of no bytes is a row).
+* ``invalid_utf8`` — the value's bytes are not valid UTF-8 (json only: JSON text is UTF-8; the
+  bytes are kept unchanged in the dead-letter table, never replaced).
+* ``trailing_data`` — one JSON object followed by anything but whitespace (``{"a":1} x``,
+  ``{"a":1}{"b":2}``; json only). A value with :data:`MAX_BRACKETS_TOLD_APART` or more ``{``
+  and ``[`` characters in all is ``malformed_json`` instead: that many may nest deeper than the
+  parser's limit, which Spark SQL cannot tell from trailing content.
+* ``malformed_json`` — the value is not one JSON object in strict JSON (json only): blank,
+  single-quoted, a bare ``NaN`` or ``Infinity``, an array or a scalar, nested deeper than 999
+  levels.
 * ``schema_mismatch`` — valid JSON whose fields do not fit the schema's types (json only).
 
 The rule is written once, in :func:`reason_rules`, over a record's facts: Spark columns build the
@@ -41,7 +49,9 @@ CORRUPT = "_corrupt_record"
 OUTPUT, DEAD_LETTER = "output", "dead_letter"  # the struct columns of split_rows
 # The dead-letter reasons of a record (the dead-letter table's ``reason`` column).
 NULL_VALUE, VALUE_TOO_LARGE = "null_value", "value_too_large"
+EMPTY_VALUE, INVALID_UTF8, TRAILING_DATA = "empty_value", "invalid_utf8", "trailing_data"
 MALFORMED_JSON, SCHEMA_MISMATCH = "malformed_json", "schema_mismatch"
+MAX_BRACKETS_TOLD_APART = 1000  # trailing data is told from too deep a nesting below this many [ and {
 
 
 @dataclass(frozen=True)
@@ -145,17 +155,21 @@ Rule = tuple[str, Callable[[Any], Any]]  # (reason, condition over a record's fa
 def reason_rules(fmt: RecordFormat) -> tuple[Rule, ...]:
     """The dead-letter rule of ``fmt``, in order (the first condition that holds names the reason).
 
-    A condition reads a record's facts: ``value_is_null``, ``value_size`` (bytes), ``json_failed``
-    (the value did not parse into the schema) and ``json_failed_not_object`` (... nor as a JSON
-    object). Over :class:`RecordFacts` each is a Python value; over Spark's facts a Column.
-    A condition is only read when the ones before it do not hold (a null value has no size)."""
+    A condition reads a record's facts: ``value_is_null``, ``value_size`` (bytes), ``not_utf8``,
+    ``trailing_data`` (one JSON object, then more than whitespace), ``json_failed`` (the value
+    did not parse into the schema) and ``json_failed_not_object`` (... nor as a JSON object).
+    Over :class:`RecordFacts` each is a Python value; over Spark's facts a Column. A condition
+    is only read when the ones before it do not hold (a null value has no size)."""
     rules: tuple[Rule, ...] = (
         (NULL_VALUE, lambda facts: facts.value_is_null),
         (VALUE_TOO_LARGE, lambda facts: facts.value_size > fmt.max_value_bytes),
     )
     if fmt.kind == "raw":
         return rules
-    return rules + ((MALFORMED_JSON, lambda facts: facts.json_failed_not_object),
+    return rules + ((EMPTY_VALUE, lambda facts: facts.value_size == 0),
+                    (INVALID_UTF8, lambda facts: facts.not_utf8),
+                    (TRAILING_DATA, lambda facts: facts.trailing_data),
+                    (MALFORMED_JSON, lambda facts: facts.json_failed_not_object),
                     (SCHEMA_MISMATCH, lambda facts: facts.json_failed))
 
 
@@ -165,16 +179,30 @@ class RecordFacts:
 
     value_is_null: bool
     value_size: int | None            # bytes; None for a tombstone
+    not_utf8: bool                    # the value's bytes are not valid UTF-8
+    trailing_data: bool               # one JSON object, then more than whitespace
     json_failed: bool                 # parsing the value with the format's schema failed
     json_failed_not_object: bool      # ... and the value is not a JSON object either
 
 
-def record_facts(value: bytes | None, json_failed: bool = False, json_object: bool = False) -> RecordFacts:
+def record_facts(value: bytes | None, json_failed: bool = False, json_object: bool = False,
+                 trailing_data: bool = False) -> RecordFacts:
     """The facts of a record whose value is ``value`` (None: a tombstone); ``json_failed``: the
     value did not parse into the format's schema; ``json_object``: it parses as a JSON object
-    (so a failure means wrong types, not malformed JSON)."""
-    return RecordFacts(value is None, None if value is None else len(value), json_failed,
-                       json_failed and not json_object)
+    (so a failure means wrong types, not malformed JSON); ``trailing_data``: it is one JSON
+    object followed by more than whitespace."""
+    return RecordFacts(value is None, None if value is None else len(value), not _is_utf8(value),
+                       trailing_data, json_failed, json_failed and not json_object)
+
+
+def _is_utf8(value: bytes | None) -> bool:
+    if value is None:
+        return True
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def dead_letter_reason(fmt: RecordFormat, facts: RecordFacts) -> str | None:
@@ -199,6 +227,17 @@ class _SparkFacts:
         return F.octet_length("_raw_value")
 
     @property
+    def not_utf8(self) -> Column:
+        return F.try_validate_utf8(F.col("_raw_value").cast("string")).isNull()
+
+    @property
+    def trailing_data(self) -> Column:
+        text = F.col("_raw_value").cast("string")
+        brackets = F.length(text) - F.length(F.translate(text, "{[", ""))
+        an_object = F.col("_parsed").isNotNull() & (self.corrupt.isNull() | F.coalesce(self.is_object, F.lit(False)))
+        return an_object & ~_one_json_value() & (brackets < MAX_BRACKETS_TOLD_APART)
+
+    @property
     def json_failed_not_object(self) -> Column:
         return (self.corrupt.isNotNull() & ~F.coalesce(self.is_object, F.lit(False))) | not_json_text()
 
@@ -210,14 +249,20 @@ class _SparkFacts:
 def not_json_text() -> Column:
     """Whether a classified row's value is no JSON text Spark's parser should have taken
     (``from_json`` reads empty text as null, replaces invalid UTF-8 and ignores anything after
-    the first value): blank, invalid UTF-8, or more than one value. The last is checked by
-    parsing ``[value]`` as an array of exactly one element (which also refuses values nested
-    deeper than 999 levels, Jackson allowing 1000), so a value that closes that array itself
-    (``{...}],[...``) is read as its first object on this path."""
+    the first value): blank, invalid UTF-8, or not exactly one value (:func:`_one_json_value`)."""
     text = F.col("_raw_value").cast("string")
-    one_value = F.json_array_length(F.concat(F.lit("["), text, F.lit("]"))) == 1
-    return (F.col("_parsed").isNull() | F.try_validate_utf8(text).isNull()
-            | ~F.coalesce(one_value, F.lit(False)))
+    return F.col("_parsed").isNull() | F.try_validate_utf8(text).isNull() | ~_one_json_value()
+
+
+def _one_json_value() -> Column:
+    """Whether the value is exactly one JSON value, nested at most 999 levels: ``[value]`` is an
+    array of one element and ``[value,0]`` one of two (Jackson, allowing 1000 levels, reads the
+    first array of a text and ignores what follows it, so a value that closes the array itself,
+    ``{...}],[...``, passes the first test and fails the second)."""
+    text = F.col("_raw_value").cast("string")
+    one = F.json_array_length(F.concat(F.lit("["), text, F.lit("]"))) == 1
+    two = F.json_array_length(F.concat(F.lit("["), text, F.lit(",0]"))) == 2
+    return F.coalesce(one & two, F.lit(False))
 
 
 def _reason(fmt: RecordFormat, corrupt: Column | None, is_object: Column | None) -> Column:

@@ -16,7 +16,8 @@ from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.arrow_batches import ArrowKafkaBatch, arrow_batches
 from pipelines.runtime.batch_writer import BatchWriter, TableTargets
 from pipelines.runtime.pipeline_tables import arrow_schema
-from pipelines.runtime.records import RecordFormat, classify, dead_letters, good_rows, kafka_row_ddl
+from pipelines.runtime.records import (MAX_BRACKETS_TOLD_APART, RecordFormat, classify, dead_letters, good_rows,
+                                       kafka_row_ddl)
 from sinks.txn_table import TxnDeltaTable
 from tests.support.kafka_data import create_topic
 
@@ -41,6 +42,10 @@ VALUES = [
     b'{"x":' + b"[" * DEEP + b"]" * DEEP + b"}", b'{"x":' + b"[" * (DEEP + 1) + b"]" * (DEEP + 1) + b"}",
     b'{"s":' + b"[" * DEEP + b"]" * DEEP + b"}", b'{"s":"' + b"y" * (LIMIT - 7) + b'"}',
     b'{"s":"' + b"y" * (LIMIT - 6) + b'"}', None,
+    # trailing data: the object's own reason, also past a closing bracket; up to the bracket bound
+    b'{"i":1}],[{"i":2}', b'{"i":1}]', b'{"i":"x"} xyz', b'{"i":1} \x00', b'[1] x', b'"x" y', b'{"s":"\xff"} x',
+    b'{"s":"' + b"[" * (MAX_BRACKETS_TOLD_APART - 2) + b'"} x', b'{"s":"' + b"[" * (MAX_BRACKETS_TOLD_APART - 1) + b'"} x',
+    b'{"x":' + b"[" * (DEEP + 1) + b"]" * (DEEP + 1) + b"} x",
 ]
 KEYS = [b"\xff\xfe\x00binary", None, b"plain", "grüße-键".encode(), b"\xc3\x28", b"", b"\x80"]
 
@@ -126,7 +131,8 @@ def test_the_arrow_path_and_spark_sql_make_the_same_tables(spark, bootstrap, uni
         for got, expected in zip(arrow_rows, sql_rows):
             assert got == expected
     dead = {(r["partition"], r["offset"]): r["reason"] for r in _rows(arrow_dead.path)[1]}
-    assert set(dead.values()) == {"null_value", "value_too_large", "malformed_json", "schema_mismatch"}
+    assert set(dead.values()) == {"null_value", "value_too_large", "empty_value", "invalid_utf8", "trailing_data",
+                                  "malformed_json", "schema_mismatch"}
     assert len(dead) + len(_rows(arrow_out.path)[1]) == sum(ends.values())  # each record once
 
 

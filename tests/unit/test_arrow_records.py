@@ -14,7 +14,8 @@ from pipelines.runtime import arrow_records as ar
 from pipelines.runtime.arrow_records import (MAX_NESTING, UNDECODABLE, BlockDecoder, arrow_decodable, decode_value,
                                              jackson_text, nesting_depth, schema_fields)
 from pipelines.runtime.kafka_range_reader import KAFKA_ROW_ARROW, KAFKA_ROW_WITH_HEADERS_ARROW
-from pipelines.runtime.records import MALFORMED_JSON, NULL_VALUE, SCHEMA_MISMATCH, VALUE_TOO_LARGE, RecordFormat
+from pipelines.runtime.records import (EMPTY_VALUE, INVALID_UTF8, MALFORMED_JSON, MAX_BRACKETS_TOLD_APART, NULL_VALUE,
+                                       SCHEMA_MISMATCH, TRAILING_DATA, VALUE_TOO_LARGE, RecordFormat)
 
 SCHEMA = "i INT, l BIGINT, d DOUBLE, s STRING, b BOOLEAN, f FLOAT"
 FIELDS = schema_fields(SCHEMA)
@@ -39,13 +40,26 @@ def _block(values, keys=None, headers=None) -> pa.RecordBatch:
     (b'{"l":9223372036854775808}', SCHEMA_MISMATCH), (b'{"b":"true"}', SCHEMA_MISMATCH), (b'{"b":1}', SCHEMA_MISMATCH),
     (b'{"d":"NaN"}', SCHEMA_MISMATCH), (b'{"d":true}', SCHEMA_MISMATCH),
     (b'{"d":NaN}', MALFORMED_JSON), (b'{"d":-Infinity}', MALFORMED_JSON), (b"{'i':1}", MALFORMED_JSON),
-    (b'{"i":1} xyz', MALFORMED_JSON), (b'{"i":1}{"i":2}', MALFORMED_JSON), (b'[{"i":1}]', MALFORMED_JSON),
-    (b'5', MALFORMED_JSON), (b'null', MALFORMED_JSON), (b'', MALFORMED_JSON), (b'  ', MALFORMED_JSON),
-    (b'\xef\xbb\xbf{"i":1}', MALFORMED_JSON), (b'{"x":"a\xffb"}', MALFORMED_JSON), (b'{"s":"x\ty"}', MALFORMED_JSON),
+    (b'{"i":1} xyz', TRAILING_DATA), (b'{"i":1}{"i":2}', TRAILING_DATA), (b'[{"i":1}]', MALFORMED_JSON),
+    (b'{"i":"x"} xyz', TRAILING_DATA), (b' {"i":1}],[{"i":2}', TRAILING_DATA), (b'[1] x', MALFORMED_JSON),
+    (b'{"i":1} \x00', TRAILING_DATA), (b'{"i":1} \n\t\r ', None),
+    (b'5', MALFORMED_JSON), (b'null', MALFORMED_JSON), (b'', EMPTY_VALUE), (b'  ', MALFORMED_JSON),
+    (b'\xef\xbb\xbf{"i":1}', MALFORMED_JSON), (b'{"x":"a\xffb"}', INVALID_UTF8), (b'{"s":"x\ty"}', MALFORMED_JSON),
     (b'{"i":01}', MALFORMED_JSON), (b'{"i":1,}', MALFORMED_JSON), (b'{"i":1', MALFORMED_JSON),
 ])
 def test_one_value_s_reason(value, reason):
-    assert decode_value(value, FIELDS) == (None, reason)
+    parsed, found = decode_value(value, FIELDS)
+    assert found == reason and (parsed is None) == (reason is not None)
+
+
+def test_trailing_data_is_told_from_nesting_only_below_the_bracket_bound():
+    """Spark SQL cannot tell trailing content from nesting past its parser's limit: a value with
+    that many brackets that is not exactly one JSON value is malformed on both paths."""
+    few = b'{"s":"' + b"[" * (MAX_BRACKETS_TOLD_APART - 2) + b'"} x'  # with the object's: one bracket short
+    many = b'{"s":"' + b"[" * (MAX_BRACKETS_TOLD_APART - 1) + b'"} x'
+    assert decode_value(few, FIELDS) == (None, TRAILING_DATA)
+    assert decode_value(many, FIELDS) == (None, MALFORMED_JSON)
+    assert decode_value(many[:-2], FIELDS)[1] is None  # one value: brackets inside a string are fine
 
 
 @pytest.mark.parametrize("value, fields", [
@@ -150,7 +164,7 @@ def test_line_breaks_inside_values_are_read_as_json_reads_them():
     values = [b'{"i":1}\n{"i":2}', b'{"s":"a\nb"}', b'{\n "i":3\r\n}', b'{"i":4}\n']
     split = BlockDecoder(JSON).split(_block(values * 50))
     assert split.output.column("i").to_pylist() == [3, 4] * 50
-    assert split.dead_letters.column("reason").to_pylist() == [MALFORMED_JSON] * 100
+    assert split.dead_letters.column("reason").to_pylist() == [TRAILING_DATA, MALFORMED_JSON] * 50
 
 
 def test_keys_headers_and_raw_values_keep_their_bytes():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.runtime.records import (HEADERS_DDL, KAFKA_ROW_DDL, MALFORMED_JSON, NULL_VALUE, SCHEMA_MISMATCH,
-                                       VALUE_TOO_LARGE, RecordFormat, dead_letter_reason, kafka_row_ddl, reason_rules,
-                                       record_facts)
+from pipelines.runtime.records import (EMPTY_VALUE, HEADERS_DDL, INVALID_UTF8, KAFKA_ROW_DDL, MALFORMED_JSON,
+                                       NULL_VALUE, SCHEMA_MISMATCH, TRAILING_DATA, VALUE_TOO_LARGE, RecordFormat,
+                                       dead_letter_reason, kafka_row_ddl, reason_rules, record_facts)
 
 LIMIT = 16
 RAW = RecordFormat("raw", None, LIMIT)
@@ -70,11 +70,29 @@ def test_a_raw_format_has_no_json_reasons():
 
 
 def test_the_reasons_are_checked_in_the_documented_order():
-    assert [reason for reason, _ in reason_rules(JSON)] == [NULL_VALUE, VALUE_TOO_LARGE, MALFORMED_JSON,
-                                                            SCHEMA_MISMATCH]
+    assert [reason for reason, _ in reason_rules(JSON)] == [NULL_VALUE, VALUE_TOO_LARGE, EMPTY_VALUE, INVALID_UTF8,
+                                                            TRAILING_DATA, MALFORMED_JSON, SCHEMA_MISMATCH]
     assert [reason for reason, _ in reason_rules(RAW)] == [NULL_VALUE, VALUE_TOO_LARGE]
-    assert (NULL_VALUE, VALUE_TOO_LARGE, MALFORMED_JSON, SCHEMA_MISMATCH) == (
-        "null_value", "value_too_large", "malformed_json", "schema_mismatch")  # the table's reason values
+    assert (NULL_VALUE, VALUE_TOO_LARGE, EMPTY_VALUE, INVALID_UTF8, TRAILING_DATA, MALFORMED_JSON,
+            SCHEMA_MISMATCH) == ("null_value", "value_too_large", "empty_value", "invalid_utf8", "trailing_data",
+                                 "malformed_json", "schema_mismatch")  # the table's reason values
+
+
+def test_an_empty_value_is_empty_value_in_json_and_a_row_in_raw():
+    """An empty value is not a tombstone: its own reason, never a row of null fields."""
+    assert dead_letter_reason(JSON, record_facts(b"", json_failed=True)) == EMPTY_VALUE
+    assert dead_letter_reason(RAW, record_facts(b"")) is None
+
+
+def test_bytes_that_are_not_utf8_are_invalid_utf8_before_any_json_reason():
+    value = b'{"id": "\xff"}'
+    assert dead_letter_reason(JSON, record_facts(value, json_failed=True, trailing_data=True)) == INVALID_UTF8
+    assert dead_letter_reason(RAW, record_facts(value)) is None  # raw bytes are kept as they are
+
+
+def test_an_object_followed_by_more_is_trailing_data_even_when_its_fields_mismatch():
+    facts = record_facts(b'{"id": "x"} x', json_failed=True, json_object=True, trailing_data=True)
+    assert dead_letter_reason(JSON, facts) == TRAILING_DATA
 
 
 def test_kafka_rows_carry_headers_only_when_the_format_keeps_them():
