@@ -46,8 +46,10 @@ def run_pipeline(config: PipelineConfig, stop: threading.Event | None = None,
     runner_out, out = out, out or _logged
     out(f"[scg] starting pipeline {config.name}: group {config.group.id}, "
         f"topics {', '.join(config.topics) or config.topic_pattern}, table {config.sink.path}")
-    if not check_kafka_access(config.kafka, config.topics, config.group.id):
-        out(f"[scg] Kafka at {config.kafka.bootstrap_string} did not answer within "
+    if not check_kafka_access(config.kafka, config.topics, config.group.id, topic_pattern=config.topic_pattern,
+                              session_timeout_ms=config.group.session_timeout_ms,
+                              rebalance_timeout_ms=config.group.rebalance_timeout_ms):
+        out(f"[scg] no broker at {config.kafka.bootstrap_string} could be reached within "
             f"{CHECK_TIMEOUT_S:.0f} s; starting anyway, the member keeps trying to reach it")
     spark = get_or_create_spark(f"scg-{config.name}", config.spark_conf())
     runner = PipelineRunner.open(config, spark, out=runner_out, **runner_options)
