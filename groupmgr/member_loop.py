@@ -129,7 +129,11 @@ class MemberLoop:
             if not status.stopping.is_set():
                 self._record_failure(MemberClosedError("client closed"))
         except BaseException as exc:  # noqa: BLE001 - recorded for raise_if_failed()
-            log.exception("group %s: member thread failed", self.config.group_id)
+            if isinstance(exc, GroupError) and not isinstance(exc, ListenerError):
+                # a broker's named answer (INVALID_SESSION_TIMEOUT, ...): one line, no traceback
+                log.error("group %s: member thread ends: %s", self.config.group_id, exc.headline())
+            else:
+                log.exception("group %s: member thread failed", self.config.group_id)
             self._record_failure(exc)
         finally:
             self._shutdown()

@@ -387,3 +387,18 @@ def test_abandon_sends_no_leave_and_no_callbacks(fake, started):
     assert member.wait_until_stable(WAIT)
     member._abandon()
     assert fake.requests("LeaveGroup") == [] and rec.kinds() == ["assigned"] and fake.closed
+
+
+def test_a_brokers_named_refusal_ends_the_member_in_one_log_line_without_traceback(fake, caplog):
+    """INVALID_SESSION_TIMEOUT on JoinGroup is fatal and logged as its condition, not a traceback
+    (a plug-in's failure, ListenerError, keeps its traceback: test_listener_error_is_fatal)."""
+    from groupmgr.group_errors import InvalidSessionTimeout
+
+    fake.inject("JoinGroup", InvalidSessionTimeout.error_code)
+    with members_on(fake) as start, caplog.at_level("ERROR", logger="groupmgr.member_loop"):
+        member, _ = start()
+        with pytest.raises(InvalidSessionTimeout):
+            member.wait_until_stable(WAIT)
+    ended = [r for r in caplog.records if r.name == "groupmgr.member_loop" and r.levelname == "ERROR"]
+    assert len(ended) == 1 and "[INVALID_SESSION_TIMEOUT]" in ended[0].getMessage()
+    assert ended[0].exc_info is None
