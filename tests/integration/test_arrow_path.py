@@ -1,5 +1,5 @@
-"""The Arrow path and the Spark SQL path make the same tables from the same records: one corpus
-of awkward records on a real broker, written once by the batch writer through the Arrow pass on
+"""The Arrow path and the Spark SQL path make the same tables from the same records: a corpus of
+awkward records, and fuzzed ones (tests/support/record_values.py, a fixed seed), on a real broker, written once by the batch writer through the Arrow pass on
 the executors (no transform, ``arrow_batches``) and once through Spark SQL (a transform that
 selects everything), into real Delta tables; both output tables and both dead-letter tables are
 compared row for row, values and types."""
@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 
 import pytest
 from confluent_kafka import Producer
 from deltalake import DeltaTable
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.arrow_batches import ArrowKafkaBatch, arrow_batches
@@ -19,7 +22,9 @@ from pipelines.runtime.pipeline_tables import arrow_schema
 from pipelines.runtime.records import (MAX_BRACKETS_TOLD_APART, RecordFormat, classify, dead_letters, good_rows,
                                        kafka_row_ddl)
 from sinks.txn_table import TxnDeltaTable
+from tests.support.fuzz import FUZZ, FUZZ_EXAMPLES
 from tests.support.kafka_data import create_topic
+from tests.support.record_values import record_keys, record_values
 
 pytestmark = pytest.mark.integration
 SCHEMA = "i INT, l BIGINT, d DOUBLE, s STRING, b BOOLEAN, f FLOAT"
@@ -50,13 +55,11 @@ VALUES = [
 KEYS = [b"\xff\xfe\x00binary", None, b"plain", "grüße-键".encode(), b"\xc3\x28", b"", b"\x80"]
 
 
-def _produce(bootstrap: str, topic: str) -> None:
+def _produce(bootstrap: str, topic: str, values, keys) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
-    for n, value in enumerate(VALUES * 3):  # a block with many good records around the bad ones
+    for n, value in enumerate(values):
         headers = None if n % 3 == 0 else [("h", b"\xff" if n % 2 else b"v"), ("h", None), ("k2", b"")]
-        producer.produce(topic, key=KEYS[n % len(KEYS)], value=value, partition=n % 2, headers=headers)
-    for n in range(3000):
-        producer.produce(topic, value=json.dumps({"i": n, "s": f"good {n}"}).encode(), partition=n % 2)
+        producer.produce(topic, key=keys[n % len(keys)], value=value, partition=n % 2, headers=headers)
     assert producer.flush(60) == 0
 
 
@@ -102,26 +105,29 @@ def _comparable(value):
     return "NaN" if isinstance(value, float) and math.isnan(value) else value
 
 
-def test_the_arrow_path_and_spark_sql_make_the_same_tables(spark, bootstrap, unique_name, tmp_path):
-    create_topic(bootstrap, unique_name, 2)
-    _produce(bootstrap, unique_name)
+def _both_paths(spark, bootstrap, topic, tmp_path, values, keys) -> tuple[dict, int]:
+    """``values`` written through the Arrow path and through Spark SQL; both output tables and both
+    dead-letter tables compared row for row. Returns the dead letters' reasons by (partition,
+    offset) and the number of output rows."""
+    create_topic(bootstrap, topic, 2)
+    _produce(bootstrap, topic, values, keys)
     from confluent_kafka import Consumer, TopicPartition as KafkaTP
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends"})
-    ends = {p: consumer.get_watermark_offsets(KafkaTP(unique_name, p), timeout=30)[1] for p in (0, 1)}
+    ends = {p: consumer.get_watermark_offsets(KafkaTP(topic, p), timeout=30)[1] for p in (0, 1)}
     consumer.close()
-    ranges = tuple(OffsetRange(unique_name, p, 0, ends[p]) for p in (0, 1))
+    ranges = tuple(OffsetRange(topic, p, 0, ends[p]) for p in (0, 1))
     fmt = RecordFormat("json", SCHEMA, LIMIT, headers=True)
     batch_df = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-                .option("assign", json.dumps({unique_name: [0, 1]})).option("includeHeaders", "true")
+                .option("assign", json.dumps({topic: [0, 1]})).option("includeHeaders", "true")
                 .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
     client = {"bootstrap.servers": bootstrap, "isolation.level": "read_uncommitted"}
 
-    arrow_out, arrow_dead = _tables(spark, tmp_path, "arrow", fmt)
+    arrow_out, arrow_dead = _tables(spark, tmp_path, f"{topic}-arrow", fmt)
     prepared = _write(arrow_out, arrow_dead, fmt, ranges, batch_df,
                       prepare=arrow_batches(spark, fmt, None, client, lambda: 2))
     assert [type(b) for b in prepared] == [ArrowKafkaBatch]  # the Arrow pass wrote this batch
-    sql_out, sql_dead = _tables(spark, tmp_path, "sql", fmt)
+    sql_out, sql_dead = _tables(spark, tmp_path, f"{topic}-sql", fmt)
     _write(sql_out, sql_dead, fmt, ranges, batch_df, transform="SELECT * FROM input")
 
     for arrow_path, sql_path in ((arrow_out.path, sql_out.path), (arrow_dead.path, sql_dead.path)):
@@ -131,9 +137,23 @@ def test_the_arrow_path_and_spark_sql_make_the_same_tables(spark, bootstrap, uni
         for got, expected in zip(arrow_rows, sql_rows):
             assert got == expected
     dead = {(r["partition"], r["offset"]): r["reason"] for r in _rows(arrow_dead.path)[1]}
+    output = len(_rows(arrow_out.path)[1])
+    assert len(dead) + output == sum(ends.values()) == len(values)  # each record once
+    return dead, output
+
+
+def test_the_arrow_path_and_spark_sql_make_the_same_tables(spark, bootstrap, unique_name, tmp_path):
+    good = [json.dumps({"i": n, "s": f"good {n}"}).encode() for n in range(3000)]
+    dead, _ = _both_paths(spark, bootstrap, unique_name, tmp_path, VALUES * 3 + good, KEYS)
     assert set(dead.values()) == {"null_value", "value_too_large", "empty_value", "invalid_utf8", "trailing_data",
                                   "malformed_json", "schema_mismatch"}
-    assert len(dead) + len(_rows(arrow_out.path)[1]) == sum(ends.values())  # each record once
+
+
+@settings(FUZZ, max_examples=max(1, FUZZ_EXAMPLES // 100))
+@given(records=st.lists(st.tuples(record_values(LIMIT), record_keys), min_size=200, max_size=400))
+def test_fuzzed_records_make_the_same_tables_on_both_paths(spark, bootstrap, unique_name, tmp_path, records):
+    topic = f"{unique_name}-{uuid.uuid4().hex[:8]}"
+    _both_paths(spark, bootstrap, topic, tmp_path, [v for v, _ in records], [k for _, k in records])
 
 
 def test_a_pipeline_with_a_transform_or_other_types_keeps_spark_sql(spark):
