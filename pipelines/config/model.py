@@ -17,6 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
+from pipelines.config.client_keys import java_client_key
 from pipelines.config.secrets import MASK, Secret, mask, reveal
 
 
@@ -130,11 +131,14 @@ class SecurityConfig:
         "The client certificate for mutual TLS. Give it with `ssl_key_location`."))
     ssl_key_location: str | None = field(default=None, metadata=key_doc(
         "ssl_key_location", PEM_FILE, "/etc/kafka/client-key.pem",
-        "`ssl.key.location`; Spark: `kafka.ssl.keystore.key` (inline)",
-        "The client certificate's private key. Give it with `ssl_certificate_location`."))
+        "`ssl.key.location`; Spark: `kafka.ssl.keystore.key` (inline, decrypted, PKCS#8)",
+        "The client certificate's private key (PKCS#8 or traditional PEM, RSA or EC). Give it with "
+        "`ssl_certificate_location`. Validation checks that it is the certificate's key."))
     ssl_key_password: Secret | None = field(default=None, metadata=key_doc(
-        "ssl_key_password", SECRET, "${KAFKA_KEY_PASSWORD}", "`ssl.key.password`",
-        "The private key's password, when it has one. Needs `ssl_key_location`.",
+        "ssl_key_password", SECRET, "${KAFKA_KEY_PASSWORD}",
+        "`ssl.key.password`; Spark: none (its key is decrypted on the driver)",
+        "The private key's password. Needs `ssl_key_location`; required for an encrypted key, "
+        "refused for an unencrypted one.",
         aliases=("ssl_key_password_file",)))
 
     @property
@@ -213,7 +217,8 @@ class KafkaConfig(_PicklableMappings):
 
         SASL PLAIN/SCRAM becomes ``kafka.sasl.jaas.config``; ``ssl_ca_location`` becomes an inline
         PEM truststore and a client certificate/key pair an inline PEM keystore (the files are read
-        here, on the driver, so executors need not have them). Every client_config entry is passed
+        here, on the driver, so executors need not have them; the key decrypted, as unencrypted
+        PKCS#8: :func:`~pipelines.config.client_keys.java_client_key`). Every client_config entry is passed
         through. Spark redacts these options in plans and event logs by the pattern
         :data:`pipelines.runtime.spark_session.OPTION_REDACTION` the runner adds to the session.
         """
@@ -242,9 +247,9 @@ class KafkaConfig(_PicklableMappings):
         if sec.ssl_certificate_location and sec.ssl_key_location:
             opts["kafka.ssl.keystore.type"] = "PEM"
             opts["kafka.ssl.keystore.certificate.chain"] = Path(sec.ssl_certificate_location).read_text()
-            opts["kafka.ssl.keystore.key"] = Path(sec.ssl_key_location).read_text()
-            if sec.ssl_key_password:
-                opts["kafka.ssl.key.password"] = sec.ssl_key_password.reveal()
+            # unencrypted PKCS#8, the one form Kafka's Java client reads on any JVM (no key password)
+            opts["kafka.ssl.keystore.key"] = java_client_key(
+                Path(sec.ssl_key_location).read_bytes(), sec.ssl_key_password and sec.ssl_key_password.reveal())
         return opts
 
 

@@ -3,7 +3,7 @@
 Pure apart from five lookups it is given or makes on purpose: ``${NAME}`` references
 (from the ``env`` mapping passed in), ``*_file`` secrets (read from disk), the TLS
 certificate and key files (checked to be readable PEM, since the driver reads them to hand
-them to executors inline), ``kafka.client_config`` entries (offered to a librdkafka client
+them to executors inline, and by their contents: :mod:`pipelines.config.tls_file_checks`), ``kafka.client_config`` entries (offered to a librdkafka client
 that has no brokers, which refuses unknown names and bad values) and assignor names (``groupmgr.assignors.get_assignor``, which may
 import a plug-in module).
 
@@ -43,6 +43,7 @@ from pipelines.config.fields import (AssignorLookup, Ctx, Section, as_bool, as_d
 from pipelines.config.yaml_nodes import Condition as C
 from pipelines.config.yaml_nodes import Node, child_path
 from pipelines.config.schema import parse_schema
+from pipelines.config.tls_file_checks import check_tls_files
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -277,6 +278,7 @@ def _ssl(ctx: Ctx, sec: Section) -> dict[str, Any]:
         line, path = sec.line_of("ssl_key_password", "ssl_key_password_file")
         ctx.fail(line, path, C.CONFLICTING_FIELDS, "ssl_key_password needs ssl_key_location",
                  fields=("ssl_key_password", "ssl_key_location"))
+    check_tls_files(ctx, sec, paths, key_password)
     return {**paths, "ssl_key_password": key_password}
 
 

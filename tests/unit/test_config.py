@@ -16,11 +16,12 @@ from pipelines.config import (Condition, ConfigError, PipelineConfig, SchemaFiel
                               main_validate)
 from pipelines.config.yaml_nodes import parse_yaml
 from pipelines.config.secrets import file_secret
+from tests.support.tls_material import write_client_files
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "pipelines" / "resources" / "pipelines"  # package data; conf/pipelines links here
 PASSWORD = "s3cr3t-Pa55word-value"
-CA_FILE = ROOT / "tests" / "unit" / "config_cases" / "ca.pem"  # a PEM-shaped stand-in, no real key
+CA_FILE = ROOT / "tests" / "unit" / "config_cases" / "ca.pem"  # a real CA certificate (its key was discarded)
 ENV = {"KAFKA_USER": "alice", "KAFKA_PASSWORD": PASSWORD, "KAFKA_BOOTSTRAP": "b1:9093,b2:9093",
        "SCG_INSTANCE_ID": "orders-0", "OAUTH_SECRET": "oauth-secret-value", "KAFKA_CA_FILE": str(CA_FILE)}
 BASE: dict[str, Any] = {
@@ -291,9 +292,8 @@ def test_file_secrets_resolve_relative_to_yaml_and_strip_newline(tmp_path: Path)
     (tmp_path / "secrets" / "kafka").write_text(PASSWORD + "\n")
     (tmp_path / "keypass").write_text("key-pass-value\r\n")
     sasl = {**SASL, "sasl_password": None, "sasl_password_file": "secrets/kafka"}
-    write_pem(tmp_path / "c.pem", "CERTIFICATE")
-    write_pem(tmp_path / "k.pem", "PRIVATE KEY")
-    ssl = {"ssl_certificate_location": "c.pem", "ssl_key_location": "k.pem", "ssl_key_password_file": "keypass"}
+    write_client_files(tmp_path, name="c", password="key-pass-value")
+    ssl = {"ssl_certificate_location": "c.pem", "ssl_key_location": "c-key.pem", "ssl_key_password_file": "keypass"}
     security = load(tmp_path, kafka=kafka_with(**{k: v for k, v in {**sasl, **ssl}.items() if v})).kafka.security
     assert security.sasl_password.reveal() == PASSWORD
     assert security.ssl_key_password.reveal() == "key-pass-value"
@@ -432,15 +432,17 @@ def test_java_only_client_settings_go_to_spark_only(tmp_path: Path):
 
 
 def test_client_certificate_becomes_inline_pem_keystore_for_spark(tmp_path: Path):
-    cert = write_pem(tmp_path / "c.pem", "CERTIFICATE")
-    key = write_pem(tmp_path / "k.pem", "PRIVATE KEY")
+    """The key reaches Spark decrypted (tests/unit/test_validate_client_keys.py: every form)."""
+    files = write_client_files(tmp_path, name="c", form="traditional")
     kafka = load(tmp_path, kafka=kafka_with(protocol="SSL", ssl_certificate_location="c.pem",
-                                            ssl_key_location="k.pem", ssl_key_password="${KAFKA_PASSWORD}")).kafka
+                                            ssl_key_location="c-key.pem")).kafka
     spark = kafka.spark_kafka_options()
-    assert (spark["kafka.ssl.keystore.type"], spark["kafka.ssl.keystore.certificate.chain"],
-            spark["kafka.ssl.keystore.key"], spark["kafka.ssl.key.password"]) == ("PEM", cert, key, PASSWORD)
-    assert kafka.confluent_config()["ssl.key.location"] == str(tmp_path.resolve() / "k.pem")
-    assert kafka.kafka_python_kwargs()["ssl_password"] == PASSWORD
+    assert (spark["kafka.ssl.keystore.type"], spark["kafka.ssl.keystore.certificate.chain"]) == (
+        "PEM", files.cert_file.read_text())
+    assert spark["kafka.ssl.keystore.key"].startswith("-----BEGIN PRIVATE KEY-----")
+    assert "kafka.ssl.key.password" not in spark
+    assert kafka.confluent_config()["ssl.key.location"] == str(tmp_path.resolve() / "c-key.pem")
+    assert "ssl_password" not in kafka.kafka_python_kwargs()
 
 
 def test_certificate_without_key_conflicts(tmp_path: Path):

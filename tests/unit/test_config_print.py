@@ -9,7 +9,7 @@ import yaml
 
 from pipelines.cli.main import main
 
-CA_FILE = Path(__file__).parent / "config_cases" / "ca.pem"  # a PEM-shaped stand-in, no real key
+CA_FILE = Path(__file__).parent / "config_cases" / "ca.pem"  # a real CA certificate (its key was discarded)
 SASL_PASSWORD = "sasl-pw-from-env-7f3a"
 STORAGE_SECRET = "storage-secret-from-file-91c2"
 CLIENT_SECRET = "client-secret-from-env-4d5e"

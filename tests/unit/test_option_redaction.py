@@ -7,15 +7,13 @@ from pathlib import Path
 
 from pipelines.config import load_pipeline
 from pipelines.runtime.spark_session import OPTION_REDACTION, option_redaction_regex
+from tests.support.tls_material import write_client_files
 
 PASSWORD = "pw-canary-1"
-KEY_TEXT = "-----BEGIN PRIVATE KEY-----\nS0VZLWNhbmFyeQ==\n-----END PRIVATE KEY-----\n"
 
 
 def _spark_options(tmp_path: Path) -> dict[str, str]:
-    (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\nQ0E=\n-----END CERTIFICATE-----\n")
-    (tmp_path / "client.pem").write_text("-----BEGIN CERTIFICATE-----\nQ0w=\n-----END CERTIFICATE-----\n")
-    (tmp_path / "client.key").write_text(KEY_TEXT)
+    write_client_files(tmp_path, name="client", password=PASSWORD)  # ca.pem, client.pem, client-key.pem
     (tmp_path / "p.yaml").write_text(f"""
 name: r
 kafka:
@@ -27,7 +25,7 @@ kafka:
     sasl_password: ${{PW}}
     ssl_ca_location: ca.pem
     ssl_certificate_location: client.pem
-    ssl_key_location: client.key
+    ssl_key_location: client-key.pem
     ssl_key_password: ${{PW}}
 topics: [t]
 group: {{id: g}}
@@ -41,7 +39,7 @@ def test_every_option_holding_a_secret_is_redacted(tmp_path: Path):
     pattern = re.compile(OPTION_REDACTION)
     options = _spark_options(tmp_path)
     secret_options = {k for k, v in options.items() if PASSWORD in v or "PRIVATE KEY" in v}
-    assert secret_options == {"kafka.sasl.jaas.config", "kafka.ssl.keystore.key", "kafka.ssl.key.password"}
+    assert secret_options == {"kafka.sasl.jaas.config", "kafka.ssl.keystore.key"}  # the key decrypted, no password
     for key in secret_options:  # Spark redacts an option when its key or its value matches
         assert pattern.search(key) or pattern.search(options[key]), key
     for key in ("kafka.bootstrap.servers", "kafka.ssl.truststore.certificates", "kafka.ssl.keystore.certificate.chain"):

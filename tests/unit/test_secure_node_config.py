@@ -14,6 +14,7 @@ import yaml
 from pipelines.local.broker_config import (PRINCIPAL_MAPPING_RULES, BrokerSecurity, NodePorts,
                                            render_server_properties, scram_credential)
 from pipelines.local.local_kafka import ClusterSecurity
+from tests.support.tls_material import write_client_files
 
 CHAIN = "-----BEGIN CERTIFICATE-----\nQUJD\nREVG\n-----END CERTIFICATE-----\n" * 2
 KEY = "-----BEGIN PRIVATE KEY-----\nS0VZS0VZ\nS0VZ\n-----END PRIVATE KEY-----\n"
@@ -113,10 +114,11 @@ def test_scram_arguments_get_fresh_salts():
 
 
 def _security(tmp_path: Path) -> ClusterSecurity:
+    write_client_files(tmp_path, name="client")  # ca.pem, client.pem, client-key.pem
     files = {name: tmp_path / name for name in ("ca.pem", "client.pem", "client-key.pem",
                                                 "admin.password", "client.password")}
-    for name, path in files.items():
-        path.write_text("pw-canary\n" if name.endswith("password") else "-----BEGIN X-----\n")
+    for name in ("admin.password", "client.password"):
+        files[name].write_text("pw-canary\n")
     return ClusterSecurity(
         sasl_ssl_bootstrap="127.0.0.1:9092", mtls_bootstrap="127.0.0.1:9093",
         sasl_mechanism="SCRAM-SHA-512", ca_file=str(files["ca.pem"]),
