@@ -7,9 +7,16 @@ Duplicate keys are an error (PyYAML silently keeps the last one). Mapping keys a
 always the key's source text (``on:`` stays ``"on"``); scalar values are constructed
 by the safe constructor (ints, bools, null...) and keep their source text too.
 
+The bounds of :mod:`pipelines.config.yaml_limits` (file size, nesting depth, node count, scalar
+and key length) are checked while the file is read and composed, and on the tree that aliases
+expand to, so any file is refused or accepted in bounded time and memory (``YAML_LIMIT``). A
+file that is not UTF-8 (or UTF-16 with a byte order mark) is refused at the line of its first
+bad byte.
+
 Errors are :class:`ConfigError`: a named :class:`Condition` plus parameters, located
 by file, line and field path (Spark ``KafkaExceptions`` style; test by condition). Several
-problems of one file travel together as one :class:`ConfigErrors`.
+problems of one file travel together as one :class:`ConfigErrors`. A detail is one line of at
+most :data:`MAX_DETAIL_CHARS` characters, however long the value it quotes.
 """
 from __future__ import annotations
 
@@ -21,11 +28,13 @@ from typing import Any, Iterator, Sequence
 import yaml
 
 from groupmgr.core import ExitCategory, ScgError
+from pipelines.config.yaml_limits import (MAX_DEPTH, MAX_NODES, BoundedComposer, LimitExceeded, UndecodableText,
+                                          check_size, decode, line_and_column, read_bounded)
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
 MAP_TAG = "tag:yaml.org,2002:map"
 SEQ_TAG = "tag:yaml.org,2002:seq"
-MAX_NODES = 100_000  # guards against alias bombs
+MAX_DETAIL_CHARS = 1_000
 
 
 class Condition(enum.StrEnum):
@@ -34,6 +43,7 @@ class Condition(enum.StrEnum):
     FILE_NOT_FOUND = "FILE_NOT_FOUND"
     FILE_NOT_READABLE = "FILE_NOT_READABLE"
     YAML_SYNTAX = "YAML_SYNTAX"
+    YAML_LIMIT = "YAML_LIMIT"
     DUPLICATE_KEY = "DUPLICATE_KEY"
     UNKNOWN_KEY = "UNKNOWN_KEY"
     MISSING_FIELD = "MISSING_FIELD"
@@ -78,7 +88,7 @@ class ConfigError(ScgError):
         self.line = line
         self.field_path = field_path
         self.condition = Condition(condition)
-        self.detail = detail
+        self.detail = _one_bounded_line(detail)
         self.params = params
         super().__init__(str(self))
 
@@ -143,6 +153,15 @@ class ConfigErrors(ConfigError):
         return (ConfigErrors, (self._errors,))
 
 
+def _one_bounded_line(detail: str) -> str:
+    """``detail`` on one line, its middle left out when longer than :data:`MAX_DETAIL_CHARS`."""
+    text = " ".join(detail.splitlines())
+    if len(text) <= MAX_DETAIL_CHARS:
+        return text
+    keep = (MAX_DETAIL_CHARS - 40) // 2
+    return f"{text[:keep]} ...({len(text) - 2 * keep} characters left out)... {text[-keep:]}"
+
+
 def _in_file_order(errors: Sequence[ConfigError]) -> tuple[ConfigError, ...]:
     """Each problem of ``errors`` (a ConfigErrors gives its own) once, sorted by line (stable)."""
     unique: dict[tuple[Any, ...], ConfigError] = {}
@@ -182,8 +201,8 @@ def child_path(path: str, key: str | int) -> str:
     return f"{path}.{key}" if path else key
 
 
-class _LineLoader(yaml.SafeLoader):
-    """A SafeLoader used only to compose nodes and construct scalars."""
+class _LineLoader(BoundedComposer, yaml.SafeLoader):
+    """A SafeLoader used only to compose nodes (within the bounds) and construct scalars."""
 
 
 class _Converter:
@@ -193,6 +212,7 @@ class _Converter:
         self.loader = loader
         self.file = file
         self.count = 0
+        self.depth = 0
         self.active: set[int] = set()
 
     def fail(self, line: int, path: str, condition: Condition, detail: str, **params: Any) -> ConfigError:
@@ -201,13 +221,19 @@ class _Converter:
     def convert(self, node: yaml.Node, line: int, path: str) -> Node:
         self.count += 1
         if self.count > MAX_NODES:
-            raise self.fail(line, path, Condition.YAML_SYNTAX, f"document has more than {MAX_NODES} nodes")
+            raise self.fail(line, path, Condition.YAML_LIMIT, f"aliases expand the document to more than "
+                            f"{MAX_NODES} nodes", limit="nodes", bound=MAX_NODES)
+        if self.depth >= MAX_DEPTH:
+            raise self.fail(line, path, Condition.YAML_LIMIT, f"aliases nest the document deeper than "
+                            f"{MAX_DEPTH} levels", limit="nesting depth", bound=MAX_DEPTH)
         if id(node) in self.active:
             raise self.fail(line, path, Condition.YAML_SYNTAX, "recursive alias")
         self.active.add(id(node))
+        self.depth += 1
         try:
             return self._dispatch(node, line, path)
         finally:
+            self.depth -= 1
             self.active.discard(id(node))
 
     def _dispatch(self, node: yaml.Node, line: int, path: str) -> Node:
@@ -230,6 +256,8 @@ class _Converter:
             return self.loader.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
             raise self.fail(line, path, Condition.YAML_SYNTAX, _first_line(exc)) from None
+        except (ValueError, OverflowError) as exc:  # a date that does not exist, an int of 5,000 digits
+            raise self.fail(line, path, Condition.YAML_SYNTAX, f"cannot read the value: {exc}") from None
 
     def _mapping(self, node: yaml.MappingNode, path: str) -> dict[str, Node]:
         self._check_duplicates(node, path)
@@ -275,16 +303,33 @@ def _first_line(exc: BaseException) -> str:
 def _syntax_error(file: str, exc: yaml.YAMLError) -> ConfigError:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     line = mark.line + 1 if mark is not None else 1
-    if isinstance(exc, yaml.reader.ReaderError):
-        detail = f"file is not valid UTF-8/UTF-16 text ({exc.reason})"
-    else:
-        detail = _first_line(exc)
-    return ConfigError(file, line, "", Condition.YAML_SYNTAX, f"invalid YAML: {detail}")
+    return ConfigError(file, line, "", Condition.YAML_SYNTAX, f"invalid YAML: {_first_line(exc)}")
+
+
+def _unprintable(file: str, text: str, exc: yaml.reader.ReaderError) -> ConfigError:
+    """PyYAML's reader refuses a character YAML does not allow (a control character); its error
+    has a position but no line."""
+    line, column = line_and_column(text, exc.position)
+    code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+    return ConfigError(file, line, "", Condition.YAML_SYNTAX,
+                       f"invalid YAML: character U+{code:04X} at line {line}, column {column} "
+                       "is not allowed in a YAML file", line=line, column=column)
+
+
+def _undecodable(file: str, exc: UndecodableText) -> ConfigError:
+    return ConfigError(file, exc.line, "", Condition.YAML_SYNTAX, f"file is not {exc.encoding} text: {exc}",
+                       line=exc.line, column=exc.column)
+
+
+def _over_limit(file: str, exc: LimitExceeded) -> ConfigError:
+    return ConfigError(file, exc.line, "", Condition.YAML_LIMIT, exc.what, limit=exc.limit, bound=exc.bound)
 
 
 def _read(path: Path, file: str) -> bytes:
     try:
-        return path.read_bytes()
+        return read_bounded(path)
+    except LimitExceeded as exc:
+        raise _over_limit(file, exc) from None
     except FileNotFoundError:
         raise ConfigError(file, 0, "", Condition.FILE_NOT_FOUND, "file not found") from None
     except IsADirectoryError:
@@ -295,11 +340,19 @@ def _read(path: Path, file: str) -> bytes:
 
 
 def parse_yaml(data: bytes | str, file: str = "<string>") -> Node | None:
-    """The single document in ``data`` as a :class:`Node` (None for an empty document)."""
+    """The single document in ``data`` as a :class:`Node` (None for an empty document); a
+    :class:`ConfigError` for anything else, within the bounds of :mod:`~pipelines.config.yaml_limits`."""
     try:
-        loader = _LineLoader(data)
-    except yaml.YAMLError as exc:  # undecodable bytes fail in the reader
-        raise _syntax_error(file, exc) from None
+        check_size(data)
+        text = decode(data) if isinstance(data, bytes) else data
+    except LimitExceeded as exc:
+        raise _over_limit(file, exc) from None
+    except UndecodableText as exc:
+        raise _undecodable(file, exc) from None
+    try:
+        loader = _LineLoader(text)
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow
+        raise _unprintable(file, text, exc) from None
     try:
         root = loader.get_single_node()
         if root is None:
@@ -307,6 +360,11 @@ def parse_yaml(data: bytes | str, file: str = "<string>") -> Node | None:
         return _Converter(loader, file).convert(root, _line(root), "")
     except yaml.YAMLError as exc:
         raise _syntax_error(file, exc) from None
+    except LimitExceeded as exc:
+        raise _over_limit(file, exc) from None
+    except RecursionError:  # merge keys (<<) chained through aliases, past what the bounds see
+        raise ConfigError(file, 1, "", Condition.YAML_LIMIT, "merge keys (<<) or aliases nest too deep",
+                          limit="nesting depth", bound=MAX_DEPTH) from None
     finally:
         loader.dispose()
 
