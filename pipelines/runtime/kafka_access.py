@@ -35,6 +35,7 @@ from pipelines.runtime.kafka_refusals import (  # noqa: F401 - the conditions, i
     KafkaAccessError, KafkaAuthenticationFailed, KafkaNotAuthorized, KafkaNoVisibleTopic,
     KafkaProtocolMismatch, KafkaSaslMechanismRefused, KafkaTlsFailed, Report, closed_in_first_request,
     protocol_mismatch, refusal)
+from pipelines.runtime.client_creation import make_client
 from pipelines.runtime.pipeline_spec import KafkaSpec
 
 CHECK_TIMEOUT_S = 30.0
@@ -93,7 +94,7 @@ class KafkaAccess:
         self.deadline = time.monotonic() + timeout_s
         self.reports: list[Report] = []
         config = {**kafka.confluent_config(), "error_cb": self._error, "logger": CollectingLogger(self.reports)}
-        self.admin = admin_factory(config)
+        self.admin = make_client(admin_factory, config)  # librdkafka's refusal: KAFKA_CLIENT_REFUSED
         self.metadata = None
         self._group_client = None
 
