@@ -92,6 +92,24 @@ class DriverMemory:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def tree_pids(root: int) -> list[int]:
+    """``root`` and its descendants alive now."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                stat = Path(f"/proc/{entry.name}/stat").read_text()
+            except OSError:
+                continue
+            children[int(stat[stat.rindex(")") + 2:].split()[1])].append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, ())
+    return found
+
+
 def tree_cpu_seconds(root: int | None = None) -> float:
     """User + system CPU seconds of process ``root`` (default: this one) and all its descendants,
     including the children they have reaped (cutime, cstime of /proc/<pid>/stat)."""
