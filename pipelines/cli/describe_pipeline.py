@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from types import SimpleNamespace
 
 from groupmgr.core import TopicPartition
-from groupmgr.describe import describe_group, format_table, to_json
+from groupmgr.describe import DescribeFailed, describe_group, format_table, to_json
 from pipelines.cli.arguments import BadArgumentsError
+from pipelines.runtime.kafka_access import SilentLogger
 from pipelines.runtime.partition_checks import STOPPED_METADATA
+
+QUIET = {"log_level": 0, "logger": SilentLogger()}  # librdkafka's own log lines are not printed
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,25 @@ class PipelinePartition:
 
 
 
+REACH_TIMEOUT_S = 10.0  # how long describe waits for a first answer before it names why there is none
+
+
+@dataclass(frozen=True)
+class _Plaintext:
+    """The ``kafka`` section of ``--bootstrap HOST:PORT``: those brokers, no security."""
+
+    bootstrap_string: str
+    security = SimpleNamespace(protocol="PLAINTEXT", uses_sasl=False, sasl_mechanism=None, sasl_username=None,
+                               ssl_ca_location=None, ssl_certificate_location=None)
+
+    def confluent_config(self) -> dict[str, str]:
+        return {"bootstrap.servers": self.bootstrap_string}
+
+
 def describe_command(args) -> int:
+    """``scg describe``. Before describing, the brokers are reached as ``--config``'s security
+    says (none with ``--bootstrap``): a refusal or no answer is one named line, and librdkafka's
+    own log lines are never printed."""
     if args.pipeline:
         return _describe_pipeline(args.pipeline, args.json)
     if not args.group:
@@ -42,7 +64,9 @@ def describe_command(args) -> int:
     if getattr(args, "config", None):
         desc = _describe_with(args.config, args.group)
     else:
-        desc = describe_group(args.bootstrap, args.group)
+        _reach(_Plaintext(args.bootstrap), args.group,
+               "the brokers need security: give --config FILE (a pipeline file with their kafka section)")
+        desc = describe_group(args.bootstrap, args.group, dict(QUIET))
     print(json.dumps(to_json(desc), indent=2) if args.json else format_table(desc))
     return 0
 
@@ -53,9 +77,27 @@ def _describe_with(path: str, group: str):
     from pipelines.runtime.membership import member_config_for
 
     config = load_pipeline(path)
+    _reach(config.kafka, group, f"check the kafka section of {path}")
     client = {k: v for k, v in config.kafka.confluent_config().items() if k != "bootstrap.servers"}
-    return describe_group(config.kafka.bootstrap_string, group, client,
+    return describe_group(config.kafka.bootstrap_string, group, {**client, **QUIET},
                           client_kwargs=member_config_for(config).client_kwargs)
+
+
+def _reach(kafka, group: str, hint: str) -> None:
+    """Return once a broker answered as ``kafka`` says; raise the named refusal (with ``hint``),
+    or DESCRIBE_FAILED when none answered within :data:`REACH_TIMEOUT_S`."""
+    from pipelines.runtime.kafka_access import KafkaAccess, KafkaAccessError
+
+    access = KafkaAccess(kafka, group, REACH_TIMEOUT_S)
+    try:
+        if not access.connect():
+            raise DescribeFailed(group, TimeoutError(f"no broker at {kafka.bootstrap_string} could be reached "
+                                                     f"within {REACH_TIMEOUT_S:.0f} s"))
+    except KafkaAccessError as exc:
+        exc.args = (f"{exc.args[0]}; {hint}" if exc.args else hint,)
+        raise
+    finally:
+        access.close()
 
 
 def _describe_pipeline(path: str, as_json: bool) -> int:
@@ -66,8 +108,9 @@ def _describe_pipeline(path: str, as_json: bool) -> int:
     from sinks.txn_table import read_recorded_offsets
 
     config = load_pipeline(path)
+    _reach(config.kafka, config.group.id, f"check the kafka section of {path}")
     client = {k: v for k, v in config.kafka.confluent_config().items() if k != "bootstrap.servers"}
-    desc = describe_group(config.kafka.bootstrap_string, config.group.id, client,
+    desc = describe_group(config.kafka.bootstrap_string, config.group.id, {**client, **QUIET},
                           client_kwargs=member_config_for(config).client_kwargs)
     partitions = _topic_partitions(config, resolve_topics(config))
     delta = read_recorded_offsets(config.sink.path, config.name, partitions,
@@ -105,7 +148,7 @@ def _unreferenced(report, path, options) -> dict | None:
 def _topic_partitions(config, topics) -> list[TopicPartition]:
     from confluent_kafka.admin import AdminClient
 
-    metadata = AdminClient({**config.kafka.confluent_config(), "log_level": 3}).list_topics(timeout=30)
+    metadata = AdminClient({**config.kafka.confluent_config(), **QUIET}).list_topics(timeout=30)
     return sorted(TopicPartition(t, p) for t in topics if t in metadata.topics
                   for p in metadata.topics[t].partitions)
 

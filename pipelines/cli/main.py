@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="reach the brokers as this pipeline file's kafka section says (security too)")
     describe.add_argument("--pipeline", help="describe the group and table of a pipeline file")
     describe.add_argument("--json", action="store_true")
+    check = sub.add_parser("check", help="try a pipeline's Kafka security, ACLs and storage without Spark; "
+                                         "a line per check, exit 1 if any failed")
+    check.add_argument("file")
     offsets = sub.add_parser("offsets", help="show or reset a pipeline's offsets (both tables and the group)")
     offsets.add_argument("file")
     actions = offsets.add_subparsers(dest="action", required=True, prog="scg offsets FILE")
@@ -169,6 +172,12 @@ def cmd_describe(args) -> int:
     return describe_command(args)
 
 
+def cmd_check(args) -> int:
+    from pipelines.cli.check_command import check_command
+
+    return check_command(args)
+
+
 def cmd_offsets(args) -> int:
     from pipelines.cli.offsets_command import offsets_command
 
@@ -176,4 +185,5 @@ def cmd_offsets(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "demo": cmd_demo, "kafka": cmd_kafka,
-            "assign": cmd_assign, "describe": cmd_describe, "offsets": cmd_offsets}
+            "assign": cmd_assign, "describe": cmd_describe, "offsets": cmd_offsets,
+            "check": cmd_check}

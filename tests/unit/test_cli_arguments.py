@@ -36,6 +36,8 @@ CASES = Path(__file__).parent / "config_cases"
     (["assign", "--assignor", "no-such", "--topic", "t:2", "--member", "a"], "UNKNOWN_ASSIGNOR"),
     (["assign", "--assignor", "no_such_module:Cls", "--topic", "t:2", "--member", "a"],
      "ASSIGNOR_IMPORT_FAILED"),
+    (["check"], "BAD_ARGUMENTS"),
+    (["check", "missing.yaml"], "FILE_NOT_FOUND"),
     (["describe"], "BAD_ARGUMENTS"),
     (["describe", "--pipeline", "missing.yaml"], "FILE_NOT_FOUND"),
     (["offsets"], "BAD_ARGUMENTS"),

@@ -1,0 +1,58 @@
+"""Can this process write where a table lives? Asked without creating the table.
+
+An existing location (a local directory, or any object-store URI) gets one small Parquet object
+written and deleted at ``_scg_check_<random>.parquet`` through the object store the data files are written with
+(:mod:`sinks.table_file_systems`), with the start-up retry bound. A local table that does not
+exist yet needs its nearest existing parent to be a directory this process may write: the member
+creates the table there.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from sinks.txn_table import STARTUP_STORAGE_OPTIONS, StorageUnavailable
+
+
+def check_writable(table_uri: str, storage_options: Mapping[str, str]) -> str:
+    """What was found writable (one line); raises :class:`StorageUnavailable` with the store's
+    reason otherwise."""
+    local = _local_path(table_uri)
+    if local is not None and not local.exists():
+        parent = next(p for p in local.parents if p.exists())
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise StorageUnavailable(table_uri, PermissionError(f"{parent} is not a directory this process may write"))
+        return f"not there yet; {parent} is writable, the member creates it"
+    from sinks.table_file_systems import _delta_file_system
+
+    given = {key.lower() for key in storage_options}
+    options = {**{k: v for k, v in STARTUP_STORAGE_OPTIONS.items() if k not in given}, **storage_options}
+    probe = f"_scg_check_{uuid.uuid4().hex}.parquet"
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        fs = _delta_file_system(table_uri, options)
+        try:
+            with fs.open_output_stream(probe) as stream:
+                pq.write_table(pa.table({"scg_check": [1]}), stream)
+        finally:
+            _delete_quietly(fs, probe)
+    except Exception as exc:  # noqa: BLE001 - the store's own reason, named
+        raise StorageUnavailable(table_uri, exc) from None
+    return "an object written and deleted"
+
+
+def _delete_quietly(fs, path: str) -> None:
+    try:
+        fs.delete_file(path)
+    except Exception:  # noqa: BLE001 - never written: nothing to delete
+        pass
+
+
+def _local_path(uri: str) -> Path | None:
+    if uri.startswith("file://"):
+        return Path(uri.removeprefix("file://"))
+    return Path(uri) if "://" not in uri else None
