@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterator, Mapping, NoReturn, Sequence, TypeVar
 
 from groupmgr.assignors import get_assignor
+from pipelines.config.ranges import Range, duration_text, length_of, range_of
 from pipelines.config.yaml_nodes import Condition as C
 from pipelines.config.yaml_nodes import ConfigError, ConfigErrors, Node, child_path
 from pipelines.config.secrets import (Secret, SecretError, env_secret, file_secret, interpolate,
@@ -29,8 +30,10 @@ from pipelines.config.secrets import (Secret, SecretError, env_secret, file_secr
 
 _CLIENT_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
+_MAX_DURATION_DIGITS = 30  # more digits is past every range (and past what int() reads by default)
 _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")  # s3a://..., file:/..., abfss://...
+_URL_LIKE = re.compile(r"([^/]*)://")  # anything before the first "://" that holds no slash
 
 AssignorLookup = Callable[[str], str]
 T = TypeVar("T")
@@ -202,11 +205,22 @@ class Section:
 # ---------------------------------------------------------------- scalar parsers
 
 def as_str(ctx: Ctx, node: Node, path: str) -> str:
+    """A non-blank string, within the length range of the field at ``path``
+    (:func:`pipelines.config.ranges.length_of`)."""
     if node.kind != "scalar" or not isinstance(node.value, str):
         wrong_type(ctx, node, path, "a string")
     if not node.value.strip():
         ctx.fail(node.line, path, C.BAD_VALUE, "must not be empty")
+    _check_length(ctx, node, path, node.value)
     return node.value
+
+
+def _check_length(ctx: Ctx, node: Node, path: str, text: str) -> None:
+    bound = length_of(path)
+    size = len(text.encode("utf-8", errors="surrogatepass"))
+    if bound is not None and size > bound.high:
+        ctx.fail(node.line, path, C.OUT_OF_RANGE, f"is {size} bytes long; at most {bound.high} ({bound.why})",
+                 value=text, bound=bound.high)
 
 
 def as_env_str(ctx: Ctx, node: Node, path: str) -> str:
@@ -218,6 +232,7 @@ def as_env_str(ctx: Ctx, node: Node, path: str) -> str:
         _secret_failure(ctx, node.line, path, exc)
     if not text.strip():
         ctx.fail(node.line, path, C.BAD_VALUE, "is empty after ${ENV} substitution")
+    _check_length(ctx, node, path, text)
     return text
 
 
@@ -235,16 +250,22 @@ def as_bool(ctx: Ctx, node: Node, path: str) -> bool:
 
 
 def as_positive_int(ctx: Ctx, node: Node, path: str) -> int:
+    """A positive integer within the range of the field at ``path`` (:func:`~pipelines.config.ranges.range_of`)."""
     value = node.value
     if node.kind != "scalar" or isinstance(value, bool) or not isinstance(value, int):
         wrong_type(ctx, node, path, "a positive integer")
     if value <= 0:
         ctx.fail(node.line, path, C.BAD_VALUE, f"must be a positive integer, got {value}", value=value)
+    bound = range_of(path)
+    if not bound.holds(value):
+        ctx.fail(node.line, path, C.OUT_OF_RANGE, f"{node.text} is more than {bound.high} ({bound.why})",
+                 value=value, bound=bound.high)
     return value
 
 
 def as_duration_ms(ctx: Ctx, node: Node, path: str) -> int:
-    """"500ms", "10s", "5m", "1h", "1d" -> milliseconds (> 0)."""
+    """"500ms", "10s", "5m", "1h", "1d" -> milliseconds (> 0), within the range of the field at
+    ``path`` (:func:`~pipelines.config.ranges.range_of`)."""
     if node.kind != "scalar":
         wrong_type(ctx, node, path, "a duration such as 10s")
     text = str(node.text)
@@ -252,10 +273,20 @@ def as_duration_ms(ctx: Ctx, node: Node, path: str) -> int:
     if match is None:
         ctx.fail(node.line, path, C.BAD_DURATION,
                  f"bad duration {text!r}; write a number with a unit: 500ms, 10s, 5m, 1h, 1d", value=text)
-    ms = int(match.group(1)) * _UNIT_MS[match.group(2)]
+    bound = range_of(path)
+    digits = match.group(1).lstrip("0") or "0"
+    ms = int(digits) * _UNIT_MS[match.group(2)] if len(digits) <= _MAX_DURATION_DIGITS else bound.high + 1
     if ms <= 0:
         ctx.fail(node.line, path, C.BAD_DURATION, f"duration must be positive, got {text!r}", value=text)
+    if not bound.holds(ms):
+        _duration_out_of_range(ctx, node, path, text, bound)
     return ms
+
+
+def _duration_out_of_range(ctx: Ctx, node: Node, path: str, text: str, bound: Range) -> NoReturn:
+    ctx.fail(node.line, path, C.OUT_OF_RANGE,
+             f"{text.strip()} is more than {duration_text(bound.high)} ({bound.why})",
+             value=text, bound=bound.high)
 
 
 def as_enum(ctx: Ctx, node: Node, path: str, choices: Sequence[str]) -> str:
@@ -276,8 +307,16 @@ def as_list(ctx: Ctx, node: Node, path: str, what: str) -> tuple[Node, ...]:
 
 
 def as_location(ctx: Ctx, node: Node, path: str) -> str:
-    """A path or URI; local relative paths resolve against the YAML file's directory."""
-    return resolve_location(ctx.base_dir, as_str(ctx, node, path).strip())
+    """A path or URI; local relative paths resolve against the YAML file's directory. Text that
+    starts like a URL (``<scheme>://``) must have a valid scheme (RFC 3986: a letter, then letters,
+    digits, ``+``, ``-``, ``.``): ``ht!tp://x`` is refused, never taken as a local path."""
+    text = as_str(ctx, node, path).strip()
+    url_like = _URL_LIKE.match(text)
+    if url_like and not _URI.fullmatch(url_like.group(1) + ":"):
+        ctx.fail(node.line, path, C.BAD_VALUE,
+                 f"{url_like.group(1)!r} is not a URL scheme (a letter, then letters, digits, '+', '-', '.'); "
+                 "write a URL such as s3a://bucket/path or a local path", value=text, scheme=url_like.group(1))
+    return resolve_location(ctx.base_dir, text)
 
 
 def resolve_location(base_dir: Path, text: str) -> str:

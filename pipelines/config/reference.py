@@ -19,6 +19,8 @@ from typing import Any
 
 from pipelines.config import pipeline_validator as validator
 from pipelines.config.model import DOC, DURATION, ENUM, SECTION, KeyDoc, PipelineConfig
+from pipelines.config.ranges import FIELD_LENGTHS, FIELD_RANGES, duration_text
+from pipelines.config.yaml_limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_KEY_CHARS, MAX_NODES, MAX_SCALAR_CHARS
 
 REGENERATE = ".venv/bin/python -m pipelines.config.reference > docs/configuration.md"
 # The keys the validator accepts in each section ("" is the top level of the file).
@@ -40,6 +42,12 @@ CHOICES: Mapping[str, tuple[str, ...]] = {
 }
 _UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1))
 
+LIMITS_RULE = f"""\
+- A file is at most {MAX_FILE_BYTES:,} bytes, nests at most {MAX_DEPTH} levels and holds at most
+  {MAX_NODES:,} nodes (aliases expanded); a value is at most {MAX_SCALAR_CHARS:,} characters and a
+  key at most {MAX_KEY_CHARS:,} (`YAML_LIMIT`). Durations, counts and some strings have the range
+  of the setting they map to, given with each key (`OUT_OF_RANGE`).
+"""
 INTRO = """\
 A pipeline file is one YAML mapping. This page lists every key it may hold.
 Unknown keys are refused, with a suggestion for a misspelt one.
@@ -53,6 +61,7 @@ Rules for every key:
   `group.instance_id`, the PEM file paths and `storage.endpoint`, `region`, `access_key_id`.
 - A relative local path resolves against the pipeline file's directory.
 - Explicit `null` means "not given".
+""" + LIMITS_RULE + """\
 - A bad file stops `scg validate` and `scg run` with exit code 2. A line names the file, line,
   field and condition; `scg validate` prints one for every problem of the file at once. The
   conditions are in [operations.md](operations.md#named-conditions).
@@ -127,7 +136,19 @@ def _row(key: DocumentedKey) -> tuple[str, ...]:
         kind = "one of " + ", ".join(f"`{choice}`" for choice in CHOICES[key.path])
     elif kind == SECTION:
         kind = f"section, see [below](#{key.path.replace('.', '')})"
-    return name, kind, _default(key), f"`{doc.example}`", doc.maps_to, doc.text
+    return name, kind, _default(key), f"`{doc.example}`", doc.maps_to, doc.text + _range_text(key)
+
+
+def _range_text(key: DocumentedKey) -> str:
+    """The key's range (:mod:`pipelines.config.ranges`), as a sentence to add to its text."""
+    if key.path in FIELD_LENGTHS:
+        bound = FIELD_LENGTHS[key.path]
+        return f" At most {bound.high:,} bytes: {bound.why}."
+    if key.path not in FIELD_RANGES:
+        return ""
+    bound = FIELD_RANGES[key.path]
+    high = duration_text(bound.high) if key.doc.kind.startswith(DURATION) else f"{bound.high:,}"
+    return f" At most {high}: {bound.why}."
 
 
 def _default(key: DocumentedKey) -> str:
