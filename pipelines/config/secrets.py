@@ -142,10 +142,21 @@ def interpolate(text: str, env: Mapping[str, str]) -> str:
     return _ENV_REF.sub(lambda m: _lookup(m.group(1), env), text)
 
 
+MAX_SECRET_FILE_BYTES = 64 * 1024  # a password or token; a file larger is not one
+
+
 def file_secret(path: Path) -> Secret:
-    """The contents of ``path`` without trailing newlines, as a Secret."""
+    """The contents of ``path`` without trailing newlines, as a Secret. Only a regular file of at
+    most :data:`MAX_SECRET_FILE_BYTES` is read (``/dev/zero`` or a FIFO would never end)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        if path.exists() and not path.is_file():
+            raise SecretFileUnreadableError(f"secret file {path} is not a regular file", secret_file=str(path))
+        with path.open("rb") as handle:
+            data = handle.read(MAX_SECRET_FILE_BYTES + 1)
+        if len(data) > MAX_SECRET_FILE_BYTES:
+            raise SecretFileUnreadableError(f"secret file {path} is larger than {MAX_SECRET_FILE_BYTES} bytes",
+                                            secret_file=str(path))
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise SecretFileNotFoundError(f"secret file {path} does not exist", secret_file=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:

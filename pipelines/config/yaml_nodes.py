@@ -21,6 +21,7 @@ most :data:`MAX_DETAIL_CHARS` characters, however long the value it quotes.
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -194,11 +195,12 @@ class Node:
 
 
 def child_path(path: str, key: str | int) -> str:
-    """``group`` + ``id`` -> ``group.id``; ``topics`` + 1 -> ``topics[1]``; dotted keys are quoted."""
+    """``group`` + ``id`` -> ``group.id``; ``topics`` + 1 -> ``topics[1]``; a key with a dot, a
+    space, a quote or a character that does not print is quoted (JSON escapes), so a path is one line."""
     if isinstance(key, int):
         return f"{path}[{key}]"
-    if "." in key or " " in key or not key:
-        return f'{path}["{key}"]'
+    if "." in key or " " in key or '"' in key or "\\" in key or not key or not key.isprintable():
+        return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
     return f"{path}.{key}" if path else key
 
 

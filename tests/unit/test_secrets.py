@@ -221,3 +221,16 @@ def test_a_secret_setting_written_inline_is_refused_without_echoing_it(tmp_path:
         _load(tmp_path, {}, **{{"client_config": "kafka_settings", "spark": "spark",
                                 "options": "storage_options"}[section]: settings})
     assert err.value.condition == "INLINE_SECRET" and CANARY not in str(err.value)
+
+
+def test_a_secret_file_that_never_ends_or_is_too_large_is_unreadable(tmp_path):
+    from pipelines.config.secrets import MAX_SECRET_FILE_BYTES, SecretFileUnreadableError, file_secret
+
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * (MAX_SECRET_FILE_BYTES + 1))
+    for path in (Path("/dev/zero"), big, tmp_path):
+        with pytest.raises(SecretFileUnreadableError):
+            file_secret(path)
+    exact = tmp_path / "exact"
+    exact.write_bytes(b"y" * (MAX_SECRET_FILE_BYTES - 1) + b"\n")
+    assert file_secret(exact).reveal() == "y" * (MAX_SECRET_FILE_BYTES - 1)

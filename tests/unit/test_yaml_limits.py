@@ -111,3 +111,10 @@ def test_an_error_detail_is_one_bounded_line_however_long_the_value_it_quotes():
 def test_a_scalar_the_safe_constructor_cannot_make_is_yaml_syntax_at_its_field(value):
     error = _refusal(f"a: 1\nb: {value}\n")
     assert (error.condition, error.line, error.field_path) == (Condition.YAML_SYNTAX, 2, "b")
+
+
+def test_a_key_that_does_not_print_is_quoted_so_the_path_stays_on_one_line():
+    from pipelines.config.yaml_nodes import child_path
+
+    assert child_path("spark", "a.b") == 'spark["a.b"]' and child_path("", "name") == "name"
+    assert child_path("spark", "a\nb") == 'spark["a\\nb"]' and child_path("x", 'q"') == 'x["q\\""]'
