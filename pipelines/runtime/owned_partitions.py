@@ -78,6 +78,7 @@ class OwnedPartitions:
         self._note, self._clock, self._wall_clock_ms = note, clock, wall_clock_ms
         self.partitions: tuple[TopicPartition, ...] = ()
         self.stopped: dict[TopicPartition, StoppedPartition] = {}
+        self._claimed: dict[str, dict[TopicPartition, int]] = {}  # table path -> this member's latest epochs
 
     # -- the assignment -------------------------------------------------------------------------
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
@@ -97,8 +98,20 @@ class OwnedPartitions:
         """Claim ``partitions`` in the output and the dead-letter table (:meth:`TxnDeltaTable.claim`),
         both at once: two tables, two commits, each ordered only against its own table. Their
         epochs, output table first."""
-        return at_once(lambda: self._tables.table.claim(partitions),
-                       lambda: self._tables.dead_table.claim(partitions))
+        epochs, dead_epochs = at_once(lambda: self._tables.table.claim(partitions),
+                                      lambda: self._tables.dead_table.claim(partitions))
+        for table, claimed in ((self._tables.table, epochs), (self._tables.dead_table, dead_epochs)):
+            self._claimed.setdefault(table.path, {}).update(claimed)
+        return epochs, dead_epochs
+
+    def claimed_since(self, refusal) -> bool:
+        """Whether this member has claimed the partition a batch was refused for
+        (``sinks.txn_table.FencedWriterError``) in that table at or after the claim that refused
+        it: the batch was written under an older claim of this member's (a stale writer resuming
+        after the group gave its partitions back to it), and the partition is its own again."""
+        latest = self._claimed.get(getattr(refusal, "table", None), {}).get(getattr(refusal, "tp", None))
+        recorded = getattr(refusal, "recorded", None)
+        return latest is not None and recorded is not None and latest >= recorded
 
     def check(self, partitions) -> PartitionChecks:
         """Each partition's verdict (:func:`check_partition`) from the table's offsets and topic

@@ -13,6 +13,7 @@ STARTING       a transient start failure                                    REST
 RESTARTING     the backoff is over and the start succeeds                   RUNNING
 RUNNING        the query failed with a transient fault                      RESTARTING
 RUNNING        the table refused a batch                                    FENCED
+RUNNING        ... of an older claim, the partition claimed again since     STARTING
 RUNNING        an available-now query read everything                       FINISHED
 STARTING,      the partitions were revoked before the start                 IDLE
 RESTARTING

@@ -236,6 +236,11 @@ class PipelineRunner:
                 return supervisor.state
             error, refused, failure = query.exception(), reader.refused_batch is not None, reader.failure
             reader.stop()
+            if refused and self.owned.partitions and self.owned.claimed_since(failure):
+                self.progress.note("the refused batch was written under an earlier claim; this member has "
+                                   "claimed its partitions again since: starting over them")
+                supervisor.may_run_again()
+                return supervisor.state
             if error is None or refused:
                 supervisor.query_ended(refused=error is not None)
                 if error is not None:

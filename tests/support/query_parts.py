@@ -58,10 +58,11 @@ class CommitRecorder:
         return True
 
 
-def owned_partitions(lines: list[str], clock, commit=None, checks=None) -> OwnedPartitions:
-    """OwnedPartitions over no tables: ``checks(partitions)`` (default: every partition runs from
-    0) stands in for the table, group and brokers."""
-    owned = OwnedPartitions(tables=None, source=None, committed=None, describe=None,
+def owned_partitions(lines: list[str], clock, commit=None, checks=None, tables=None) -> OwnedPartitions:
+    """OwnedPartitions over ``tables`` (default none: only what needs no table works):
+    ``checks(partitions)`` (default: every partition runs from 0) stands in for the table,
+    group and brokers."""
+    owned = OwnedPartitions(tables=tables, source=None, committed=None, describe=None,
                             commit=commit or CommitRecorder(), note=lines.append, clock=clock)
     if checks is not None:
         owned.check = checks
@@ -101,6 +102,19 @@ class ScriptedQuery(RestartingQuery):
         self.query, self.writer = outcome, SimpleNamespace(gate=BatchGate(), failure=None)
         self.partitions = self.ctx.owned.partitions
         self.started.append(outcome)
+
+
+class ClaimingTable:
+    """A table's ownership claims only: each claim of a partition takes the next epoch, as
+    TxnDeltaTable's do."""
+
+    def __init__(self, path: str):
+        self.path, self.epochs = path, {}
+
+    def claim(self, partitions) -> dict:
+        for tp in partitions:
+            self.epochs[tp] = self.epochs.get(tp, 0) + 1
+        return {tp: self.epochs[tp] for tp in partitions}
 
 
 def every_partition_runs(partitions) -> PartitionChecks:

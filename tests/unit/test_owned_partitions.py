@@ -12,7 +12,7 @@ from pipelines.runtime.batch_writer import TableTargets
 from pipelines.runtime.broker_probe import ProbeResult
 from pipelines.runtime.owned_partitions import STOPPED_RECHECK, OwnedPartitions, PartitionChecks, StoppedPartition
 from pipelines.runtime.partition_checks import DATA_LOSS_REASON, PartitionLog, PartitionVerdict, topic_fingerprint
-from sinks.txn_table import TxnDeltaTable
+from sinks.txn_table import FencedWriterError, TxnDeltaTable
 from tests.support.fake_clock import FakeClock
 
 TP = TopicPartition("t", 0)
@@ -213,3 +213,26 @@ def test_a_recheck_that_fails_keeps_the_partition_stopped_with_its_condition(tmp
     assert parts.stopped[TP].since == since and B in parts.stopped
     assert [v.tp for v in parts.stopped_except([TP])] == [B]
     assert not any("resumes" in line for line in lines)
+
+
+def _refusal(table, epochs):
+    try:
+        table.plan([OffsetRange(TP.topic, TP.partition, 0, 1)], epochs)
+    except FencedWriterError as refusal:
+        return refusal
+    raise AssertionError("the batch was not refused")
+
+
+def test_a_refusal_of_an_older_claim_of_this_member_s_is_told_from_another_member_s_claim(tmp_path):
+    parts, tables, _, _ = owned(tmp_path, {TP: PartitionLog(0, 10, OLD_ID)})
+    first, _ = parts.claim([TP])
+    again, _ = parts.claim([TP])  # this member's own newer claim refuses its older batch
+    assert parts.claimed_since(_refusal(tables.table, first))
+    other = TxnDeltaTable(str(tmp_path / "out"), "app", OUTPUT)
+    newer = other.claim([TP])     # another member's claim, newer than this member's latest
+    refusal = _refusal(tables.table, again)
+    assert refusal.recorded == newer[TP] and not parts.claimed_since(refusal)
+    parts.claim([TP])             # claimed again since (the group gave the partition back)
+    assert parts.claimed_since(refusal)
+    TxnDeltaTable(str(tmp_path / "dead"), "app", DEAD).claim([TP])  # epochs are per table
+    assert not parts.claimed_since(_refusal(tables.dead_table, {TP: 0}))

@@ -19,7 +19,8 @@ from pipelines.runtime.query_supervisor import QueryState
 from pipelines.runtime.runner import MAX_UNKNOWN_RESTARTS, PipelineRunner
 from pipelines.runtime.start_offsets import NoStartingOffsetError
 from tests.support.fake_clock import FakeClock
-from tests.support.query_parts import (CommitRecorder, FailedQuery, RunningQuery, ScriptedQuery,
+from sinks.txn_table import FencedWriterError
+from tests.support.query_parts import (ClaimingTable, CommitRecorder, FailedQuery, RunningQuery, ScriptedQuery,
                                        every_partition_runs, owned_partitions, query_context)
 
 TPS = (TopicPartition("t", 0), TopicPartition("t", 1))
@@ -51,10 +52,11 @@ class Harness:
     """A PipelineRunner over a scripted reader: ``starts`` scripts what each start of the query
     does (an exception to raise, or a query to install)."""
 
-    def __init__(self, *starts, watch=None, warm_up_does=lambda: None, metrics=None, serve=None):
+    def __init__(self, *starts, watch=None, warm_up_does=lambda: None, metrics=None, serve=None, tables=None):
         self.lines: list[str] = []
         self.clock, self.member, self.commits = FakeClock(), Member(), CommitRecorder()
-        self.owned = owned_partitions(self.lines, self.clock, self.commits, checks=every_partition_runs)
+        self.owned = owned_partitions(self.lines, self.clock, self.commits, checks=every_partition_runs,
+                                      tables=tables)
 
         def reader_factory(member, report, lock):
             ctx = query_context(self.lines, self.clock, self.owned, lock=lock)
@@ -200,6 +202,39 @@ def test_a_query_that_ended_after_a_refused_batch_waits_for_the_group():
     h.reader.refused_batch = 3  # as the batch writer's refusal does on the query thread
     assert h.runner.check() is QueryState.FENCED
     assert h.due() is QueryState.FENCED and len(h.reader.started) == 1  # no restart until an assignment
+
+
+def _claiming_tables():
+    return SimpleNamespace(table=ClaimingTable("out"), dead_table=ClaimingTable("dead"))
+
+
+def test_a_batch_refused_for_a_claim_this_member_has_since_renewed_starts_over_at_once():
+    """A stale writer resumes: its batch of the old claim is refused, but the group has already
+    given the partitions back to it and it has claimed them again. No rebalance will come: it
+    starts over them at once instead of waiting for one."""
+    tables = _claiming_tables()
+    h = Harness(FailedQuery(RuntimeError("refused")), tables=tables)
+    h.assign(1, TPS)
+    h.owned.claim(TPS)                                   # epoch 1: the claim the batch was written under
+    tables.dead_table.claim(TPS)                         # epoch 2: another member's, which refuses it
+    h.owned.claim(TPS)                                   # epoch 3: this member's again, in a newer generation
+    h.reader.writer.failure = FencedWriterError("dead", TPS[0], ours=1, recorded=2)
+    h.reader.refused_batch = 3
+    assert h.runner.check() is QueryState.STARTING
+    assert "claimed its partitions again since" in h.lines[-1]
+    assert h.due() is QueryState.RUNNING and len(h.reader.started) == 2
+
+
+def test_a_batch_refused_by_a_claim_newer_than_this_member_s_waits_for_the_group():
+    tables = _claiming_tables()
+    h = Harness(FailedQuery(RuntimeError("refused")), tables=tables)
+    h.assign(1, TPS)
+    h.owned.claim(TPS)                                   # epoch 1: this member's
+    tables.table.claim(TPS)                              # epoch 2: another member's, newer
+    h.reader.writer.failure = FencedWriterError("out", TPS[1], ours=1, recorded=2)
+    h.reader.refused_batch = 3
+    assert h.runner.check() is QueryState.FENCED
+    assert h.due() is QueryState.FENCED and len(h.reader.started) == 1
 
 
 def test_a_query_that_finished_is_finished():
