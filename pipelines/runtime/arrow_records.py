@@ -285,12 +285,19 @@ _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n
 
 
 def _jackson_string(text: str) -> str:
+    """``text`` as a JSON string the way Jackson's UTF-8 generator writes it: the short escapes,
+    other control characters as ``\\u00XX``, and a character past U+FFFF as its two UTF-16
+    surrogates escaped (``\\uD83D\\uDE00``), upper-case hex."""
     out = []
     for char in _java_text(text):
+        code = ord(char)
         if char in _SHORT_ESCAPES:
             out.append(_SHORT_ESCAPES[char])
-        elif ord(char) < 0x20:
-            out.append(f"\\u{ord(char):04X}")
+        elif code < 0x20:
+            out.append(f"\\u{code:04X}")
+        elif code > 0xFFFF:
+            high, low = 0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)
+            out.append(f"\\u{high:04X}\\u{low:04X}")
         else:
             out.append(char)
     return '"' + "".join(out) + '"'

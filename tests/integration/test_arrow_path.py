@@ -51,6 +51,9 @@ VALUES = [
     b'{"i":1}],[{"i":2}', b'{"i":1}]', b'{"i":"x"} xyz', b'{"i":1} \x00', b'[1] x', b'"x" y', b'{"s":"\xff"} x',
     b'{"s":"' + b"[" * (MAX_BRACKETS_TOLD_APART - 2) + b'"} x', b'{"s":"' + b"[" * (MAX_BRACKETS_TOLD_APART - 1) + b'"} x',
     b'{"x":' + b"[" * (DEEP + 1) + b"]" * (DEEP + 1) + b"} x",
+    # past the BMP in nested JSON read into a STRING (Jackson escapes the surrogates), and in a string
+    '{"s":{"\U0001F600":["\U000e4792","\u00e9\\u0001"]}}'.encode(), b'{"s":["\\ud83d\\ude00"]}',
+    '{"s":"\U0001F600"}'.encode(),
 ]
 KEYS = [b"\xff\xfe\x00binary", None, b"plain", "grüße-键".encode(), b"\xc3\x28", b"", b"\x80"]
 

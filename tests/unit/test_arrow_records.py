@@ -104,6 +104,14 @@ def test_jackson_text_keeps_duplicates_and_order():
     assert jackson_text(parsed) == '{"b":1,"a":[{"x":null}],"b":2}'
 
 
+def test_nested_text_escapes_characters_past_the_bmp_as_jackson_does():
+    """Jackson's UTF-8 generator writes a character past U+FFFF as its escaped UTF-16 surrogates
+    (keys too); one in the BMP stays as it is, a control character is escaped."""
+    value = '{"s":{"\U0001F600":["\U000e4792","é\\u0001"]}}'.encode()
+    assert decode_value(value, FIELDS)[0]["s"] == '{"\\uD83D\\uDE00":["\\uDB51\\uDF92","é\\u0001"]}'
+    assert decode_value('{"s":"\U0001F600"}'.encode(), FIELDS)[0]["s"] == "\U0001F600"  # a string stays
+
+
 class CountingParse:
     """The block parser, counting what it is given."""
 
