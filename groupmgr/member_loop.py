@@ -130,8 +130,10 @@ class MemberLoop:
                 self._record_failure(MemberClosedError("client closed"))
         except BaseException as exc:  # noqa: BLE001 - recorded for raise_if_failed()
             if isinstance(exc, GroupError) and not isinstance(exc, ListenerError):
-                # a broker's named answer (INVALID_SESSION_TIMEOUT, ...): one line, no traceback
+                # a broker's named answer (INVALID_SESSION_TIMEOUT, ...): one line; the traceback
+                # only at debug level
                 log.error("group %s: member thread ends: %s", self.config.group_id, exc.headline())
+                log.debug("group %s: where the member thread ended", self.config.group_id, exc_info=True)
             else:
                 log.exception("group %s: member thread failed", self.config.group_id)
             self._record_failure(exc)

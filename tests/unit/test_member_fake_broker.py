@@ -395,10 +395,14 @@ def test_a_brokers_named_refusal_ends_the_member_in_one_log_line_without_traceba
     from groupmgr.group_errors import InvalidSessionTimeout
 
     fake.inject("JoinGroup", InvalidSessionTimeout.error_code)
-    with members_on(fake) as start, caplog.at_level("ERROR", logger="groupmgr.member_loop"):
+    with members_on(fake) as start, caplog.at_level("DEBUG", logger="groupmgr.member_loop"):
         member, _ = start()
         with pytest.raises(InvalidSessionTimeout):
             member.wait_until_stable(WAIT)
     ended = [r for r in caplog.records if r.name == "groupmgr.member_loop" and r.levelname == "ERROR"]
     assert len(ended) == 1 and "[INVALID_SESSION_TIMEOUT]" in ended[0].getMessage()
     assert ended[0].exc_info is None
+    # the traceback is kept, at debug level
+    traced = [r for r in caplog.records if r.name == "groupmgr.member_loop" and r.levelname == "DEBUG"
+              and r.exc_info and isinstance(r.exc_info[1], InvalidSessionTimeout)]
+    assert len(traced) == 1
