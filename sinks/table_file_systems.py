@@ -20,7 +20,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
 
-def _delta_file_system(table_uri: str, storage_options: Mapping[str, str]):
+def delta_file_system(table_uri: str, storage_options: Mapping[str, str]):
+    """A new file system of the table at ``table_uri``, through deltalake's object store."""
     from deltalake.fs import DeltaStorageHandler
     from pyarrow.fs import PyFileSystem
 
@@ -31,7 +32,7 @@ class TableFileSystems:
     """``get(table_uri, storage_options)``: the file system of that table, made by ``factory``
     once per key and process."""
 
-    def __init__(self, factory: Callable[[str, Mapping[str, str]], object] = _delta_file_system,
+    def __init__(self, factory: Callable[[str, Mapping[str, str]], object] = delta_file_system,
                  max_kept: int = 8):
         self._factory, self.max_kept = factory, max_kept
         self._kept: OrderedDict[tuple, object] = OrderedDict()

@@ -1,8 +1,10 @@
 """Can this process write where a table lives? Asked without creating the table.
 
 An existing location (a local directory, or any object-store URI) gets one small Parquet object
-written and deleted at ``_scg_check_<random>.parquet`` through the object store the data files are written with
-(:mod:`sinks.table_file_systems`), with the start-up retry bound. A local table that does not
+written and deleted at ``_scg_check_<random>.parquet`` through the object store the data files are
+written with (:mod:`sinks.table_file_systems`), with the start-up retry bound. A write that
+succeeded and a delete that failed (a principal without delete permission) is a failure naming the
+object left behind. A local table that does not
 exist yet needs its nearest existing parent to be a directory this process may write: the member
 creates the table there.
 """
@@ -13,7 +15,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from sinks.txn_table import STARTUP_STORAGE_OPTIONS, StorageUnavailable
+from sinks.txn_table import STARTUP_STORAGE_OPTIONS, StorageUnavailable, storage_error_reason
 
 
 def check_writable(table_uri: str, storage_options: Mapping[str, str]) -> str:
@@ -25,31 +27,43 @@ def check_writable(table_uri: str, storage_options: Mapping[str, str]) -> str:
         if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
             raise StorageUnavailable(table_uri, PermissionError(f"{parent} is not a directory this process may write"))
         return f"not there yet; {parent} is writable, the member creates it"
-    from sinks.table_file_systems import _delta_file_system
+    from sinks.table_file_systems import delta_file_system
 
     given = {key.lower() for key in storage_options}
     options = {**{k: v for k, v in STARTUP_STORAGE_OPTIONS.items() if k not in given}, **storage_options}
     probe = f"_scg_check_{uuid.uuid4().hex}.parquet"
+    written = False
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        fs = _delta_file_system(table_uri, options)
+        fs = delta_file_system(table_uri, options)
         try:
             with fs.open_output_stream(probe) as stream:
                 pq.write_table(pa.table({"scg_check": [1]}), stream)
+            written = True
         finally:
-            _delete_quietly(fs, probe)
+            deleted = _delete(fs, probe)
+        if written and deleted is not None:
+            raise ProbeLeftBehind(f"{probe} was written but could not be deleted: it is left in the "
+                                  f"table's location (delete it by hand): {storage_error_reason(deleted)}")
     except Exception as exc:  # noqa: BLE001 - the store's own reason, named
         raise StorageUnavailable(table_uri, exc) from None
     return "an object written and deleted"
 
 
-def _delete_quietly(fs, path: str) -> None:
+class ProbeLeftBehind(Exception):
+    """The probe object was written and its delete failed: the message names the file left."""
+
+
+def _delete(fs, path: str) -> Exception | None:
+    """Delete ``path``: None when it is gone, or the delete's error (an object never written has
+    nothing to delete, and its error is not reported)."""
     try:
         fs.delete_file(path)
-    except Exception:  # noqa: BLE001 - never written: nothing to delete
-        pass
+    except Exception as exc:  # noqa: BLE001 - the caller decides whether it matters
+        return exc
+    return None
 
 
 def _local_path(uri: str) -> Path | None:
