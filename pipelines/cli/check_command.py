@@ -3,7 +3,8 @@
 It connects as the pipeline's principal, as ``scg run``'s start-up check does
 (:mod:`pipelines.runtime.kafka_access`), and writes where the tables live
 (:mod:`pipelines.runtime.storage_probe`). Each check prints ``ok``, ``FAILED`` (with its named
-condition) or ``skipped`` (an earlier check it needs failed, or the pipeline does not use it).
+condition) or ``skipped`` (an earlier check it needs failed, the pipeline does not use it, or the
+check was inconclusive: a transient fault, or an answer that says nothing; the reason is given).
 Exit 0 when no check failed, 1 otherwise. Lines name the user, files and resources, never a
 password or key.
 """
@@ -96,13 +97,13 @@ def kafka_checks(config, timeout_s: float) -> Iterator[CheckLine]:
 
 
 def _principal_checks(access, config, connected: bool) -> Iterator[CheckLine]:
+    from pipelines.runtime.kafka_access import Inconclusive
+
     what = f"/{config.topic_pattern}/" if config.topic_pattern else ", ".join(config.topics)
     steps = [
         (f"topics {what}", lambda: _topics(access, config)),
         (f"group {config.group.id}", lambda: (access.check_group(), "READ (members join and commit in it)")[1]),
-        ("session timeout", lambda: (access.check_session_timeout(config.group.session_timeout_ms,
-                                                                  config.group.rebalance_timeout_ms),
-                                     f"{config.group.session_timeout_ms} ms accepted by the coordinator")[1]),
+        ("session timeout", lambda: _session_timeout(access, config)),
     ]
     group_failed = False
     for name, step in steps:
@@ -113,6 +114,8 @@ def _principal_checks(access, config, connected: bool) -> Iterator[CheckLine]:
         else:
             try:
                 yield CheckLine(OK, name, step())
+            except Inconclusive as exc:
+                yield CheckLine(SKIPPED, name, f"inconclusive: {exc.reason}")
             except ScgError as exc:
                 group_failed = name.startswith("group ")
                 yield CheckLine(FAILED, name, exc.headline())
@@ -120,8 +123,24 @@ def _principal_checks(access, config, connected: bool) -> Iterator[CheckLine]:
 
 def _topics(access, config) -> str:
     topics = access.topics_to_check(config.topics, config.topic_pattern)
-    access.check_topics(topics)
-    return f"DESCRIBE and READ on {', '.join(topics)}"
+    checked = access.check_topics(topics)
+    absent = [t for t in topics if t not in checked]
+    return (f"DESCRIBE and READ on {', '.join(checked) or 'none'}"
+            + (f"; not there (the member waits for them): {', '.join(absent)}" if absent else ""))
+
+
+def _session_timeout(access, config) -> str:
+    """The coordinator's answer; an unknown one is :class:`Inconclusive` (``skipped``)."""
+    from groupmgr.join_probe import Answer
+    from pipelines.runtime.kafka_access import Inconclusive
+
+    answer = access.check_session_timeout(config.group.session_timeout_ms, config.group.rebalance_timeout_ms)
+    if answer.answer is not Answer.ACCEPTED:
+        raise Inconclusive(answer.detail)
+    if access.group_existed is False:
+        return (f"{answer.detail}; group {config.group.id} did not exist: asking created it as an empty group, "
+                "listed until the coordinator's periodic cleanup")
+    return answer.detail
 
 
 def storage_checks(config) -> Iterator[CheckLine]:

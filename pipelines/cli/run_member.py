@@ -46,11 +46,11 @@ def run_pipeline(config: PipelineConfig, stop: threading.Event | None = None,
     runner_out, out = out, out or _logged
     out(f"[scg] starting pipeline {config.name}: group {config.group.id}, "
         f"topics {', '.join(config.topics) or config.topic_pattern}, table {config.sink.path}")
-    if not check_kafka_access(config.kafka, config.topics, config.group.id, topic_pattern=config.topic_pattern,
-                              session_timeout_ms=config.group.session_timeout_ms,
-                              rebalance_timeout_ms=config.group.rebalance_timeout_ms):
-        out(f"[scg] no broker at {config.kafka.bootstrap_string} could be reached within "
-            f"{CHECK_TIMEOUT_S:.0f} s; starting anyway, the member keeps trying to reach it")
+    check_kafka_access(config.kafka, config.topics, config.group.id, CHECK_TIMEOUT_S,
+                       topic_pattern=config.topic_pattern, session_timeout_ms=config.group.session_timeout_ms,
+                       rebalance_timeout_ms=config.group.rebalance_timeout_ms,
+                       inconclusive=lambda reason: out(f"[scg] access check inconclusive: {reason}; starting "
+                                                       "anyway, the member keeps trying"))
     spark = get_or_create_spark(f"scg-{config.name}", config.spark_conf())
     runner = PipelineRunner.open(config, spark, out=runner_out, **runner_options)
     with _StopOnSignals(stop, shutdown_grace_s, out):

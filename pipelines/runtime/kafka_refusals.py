@@ -9,10 +9,11 @@ nothing was concluded (no broker could be reached: transient, a broker restarts)
 * the TLS handshake failed (certificates)                     -> ``KAFKA_TLS_FAILED``
 
 :func:`closed_in_first_request` counts the connections a broker accepted and then closed before
-answering the first request: what a TLS or SASL listener does to a client that speaks plaintext
-Kafka to it (a broker that is down refuses the connection instead). The caller decides when
-enough of them, with no answer at all, make a ``KAFKA_PROTOCOL_MISMATCH``
-(:func:`protocol_mismatch`).
+answering the first request, and :func:`first_request_listener` says where. A TLS listener does
+that to a client that speaks plaintext Kafka to it, but so do a restarting broker behind an L4
+proxy or load balancer and a broker enforcing connection quotas: closes alone conclude nothing.
+The caller asks the listener whether it speaks TLS before it names a ``KAFKA_PROTOCOL_MISMATCH``
+(:func:`protocol_mismatch`, for a pipeline without TLS at a TLS listener).
 
 Messages name the user, mechanism, files and listener, never a password or key.
 """
@@ -31,6 +32,8 @@ _UNSUPPORTED_MECHANISM = re.compile(r"unsupported sasl mechanism(?:: broker's su
                                     r"(?P<offered>[\w\-, ]+))?", re.IGNORECASE)
 # librdkafka's states before a connection has its first answer: ApiVersions, then SASL.
 _FIRST_REQUEST_CLOSE = re.compile(r"disconnected\b.*\bin state (APIVERSION_QUERY|AUTH_\w+)", re.IGNORECASE)
+# librdkafka's broker name at the start of a report: [proto://]host:port/id (IPv6 in brackets).
+_BROKER = re.compile(r"^(?:\w+://)?(?P<host>\[[^\]]+\]|[^\s/:\[\]]+):(?P<port>\d+)/")
 
 
 class KafkaAccessError(ScgError):
@@ -62,8 +65,9 @@ class KafkaTlsFailed(KafkaAccessError):
 
 
 class KafkaProtocolMismatch(KafkaAccessError):
-    """The brokers accepted connections and closed each before answering the first request: the
-    listener speaks another security protocol (TLS, SASL) than the pipeline's."""
+    """A pipeline without TLS (PLAINTEXT or SASL_PLAINTEXT) at a listener that speaks TLS: the
+    brokers closed each connection before answering its first request, and the listener answered
+    a TLS handshake. (A SASL_PLAINTEXT listener reached without security is not named this way.)"""
 
     condition = "KAFKA_PROTOCOL_MISMATCH"
 
@@ -109,18 +113,26 @@ def closed_in_first_request(reports: Iterable[Report]) -> int:
     return sum(1 for r in reports if _FIRST_REQUEST_CLOSE.search(r.text))
 
 
-def protocol_mismatch(kafka: KafkaSpec, closes: int) -> KafkaProtocolMismatch:
-    """The refusal of a listener that closed ``closes`` connections at their first request."""
-    protocol = kafka.security.protocol
-    if protocol == "PLAINTEXT":
-        guess, fix = "a TLS or SASL listener", "the pipeline has no security: set kafka.security"
-    elif protocol == "SASL_PLAINTEXT":
-        guess, fix = "a TLS listener", "the pipeline's protocol is SASL_PLAINTEXT (no TLS)"
+def first_request_listener(reports: Iterable[Report]) -> tuple[str, int] | None:
+    """The host and port of the first connection closed before its first answer, or None."""
+    for report in reports:
+        if _FIRST_REQUEST_CLOSE.search(report.text):
+            found = _BROKER.search(re.sub(r"^\[thrd:[^\]]*\]:\s*", "", report.text))
+            if found:
+                return found.group("host").strip("[]"), int(found.group("port"))
+    return None
+
+
+def protocol_mismatch(kafka: KafkaSpec, closes: int, listener: str) -> KafkaProtocolMismatch:
+    """The refusal of a pipeline without TLS at ``listener`` (host:port), which closed ``closes``
+    connections at their first request and answered a TLS handshake."""
+    if kafka.security.protocol == "SASL_PLAINTEXT":
+        fix = "the pipeline's protocol is SASL_PLAINTEXT (no TLS): set kafka.security.protocol to SASL_SSL"
     else:
-        guess, fix = "a listener of another protocol", f"the pipeline's protocol is {protocol}"
+        fix = "the pipeline has no security: set kafka.security (protocol SSL or SASL_SSL)"
     return KafkaProtocolMismatch(
-        f"the broker at {kafka.bootstrap_string} closed the connection during the first request "
-        f"({closes} times, never answering): is it {guess}? {fix}")
+        f"the listener at {listener} speaks TLS; {fix} (it closed {closes} connection(s) during the "
+        "first request, never answering)")
 
 
 def _sasl_refusal(kafka: KafkaSpec, text: str) -> KafkaAccessError:

@@ -9,7 +9,8 @@ import pytest
 
 from pipelines.runtime.kafka_refusals import (KafkaAuthenticationFailed, KafkaProtocolMismatch,
                                               KafkaSaslMechanismRefused, KafkaTlsFailed, Report,
-                                              closed_in_first_request, protocol_mismatch, refusal,
+                                              closed_in_first_request, first_request_listener,
+                                              protocol_mismatch, refusal,
                                               strip_broker)
 
 
@@ -73,12 +74,18 @@ def test_only_closes_before_the_first_answer_count_as_a_protocol_mismatch():
 
 
 @pytest.mark.parametrize("protocol, says", [("PLAINTEXT", "the pipeline has no security"),
-                                            ("SASL_PLAINTEXT", "is it a TLS listener?"),
-                                            ("SSL", "the pipeline's protocol is SSL")])
-def test_a_protocol_mismatch_names_the_listener_and_the_pipelines_protocol(protocol, says):
-    mismatch = protocol_mismatch(kafka(protocol), 7)
+                                            ("SASL_PLAINTEXT", "set kafka.security.protocol to SASL_SSL")])
+def test_a_protocol_mismatch_names_the_tls_listener_and_the_pipelines_protocol(protocol, says):
+    mismatch = protocol_mismatch(kafka(protocol), 7, "broker1:9093")
     assert isinstance(mismatch, KafkaProtocolMismatch) and mismatch.exit_category == 1
-    assert "broker1:9093" in str(mismatch) and "during the first request" in str(mismatch) and says in str(mismatch)
+    assert "the listener at broker1:9093 speaks TLS" in str(mismatch) and says in str(mismatch)
+
+
+def test_the_listener_that_closed_at_the_first_request_is_found_in_the_reports():
+    assert first_request_listener([Report("FAIL", REFUSED), Report("FAIL", CLOSED_AT_APIVERSION)]) == ("broker1", 9093)
+    ipv6 = "[thrd:x]: sasl_plaintext://[::1]:9092/1: Disconnected (after 3ms in state APIVERSION_QUERY)"
+    assert first_request_listener([Report("FAIL", ipv6)]) == ("::1", 9092)
+    assert first_request_listener([Report("FAIL", REFUSED)]) is None
 
 
 def test_librdkafka_prefixes_and_state_suffix_are_stripped():
