@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from types import SimpleNamespace
 
 from groupmgr.core import TopicPartition
 from groupmgr.describe import DescribeFailed, describe_group, format_table, to_json
@@ -41,16 +40,11 @@ class PipelinePartition:
 REACH_TIMEOUT_S = 10.0  # how long describe waits for a first answer before it names why there is none
 
 
-@dataclass(frozen=True)
-class _Plaintext:
-    """The ``kafka`` section of ``--bootstrap HOST:PORT``: those brokers, no security."""
+def _plaintext(bootstrap: str):
+    """The ``kafka`` section of ``--bootstrap HOST:PORT[,...]``: those brokers, no security."""
+    from pipelines.config.model import KafkaConfig
 
-    bootstrap_string: str
-    security = SimpleNamespace(protocol="PLAINTEXT", uses_sasl=False, sasl_mechanism=None, sasl_username=None,
-                               ssl_ca_location=None, ssl_certificate_location=None)
-
-    def confluent_config(self) -> dict[str, str]:
-        return {"bootstrap.servers": self.bootstrap_string}
+    return KafkaConfig(bootstrap_servers=tuple(s.strip() for s in bootstrap.split(",") if s.strip()))
 
 
 def describe_command(args) -> int:
@@ -64,7 +58,7 @@ def describe_command(args) -> int:
     if getattr(args, "config", None):
         desc = _describe_with(args.config, args.group)
     else:
-        _reach(_Plaintext(args.bootstrap), args.group,
+        _reach(_plaintext(args.bootstrap), args.group,
                "the brokers need security: give --config FILE (a pipeline file with their kafka section)")
         desc = describe_group(args.bootstrap, args.group, dict(QUIET))
     print(json.dumps(to_json(desc), indent=2) if args.json else format_table(desc))
@@ -93,9 +87,8 @@ def _reach(kafka, group: str, hint: str) -> None:
         if not access.connect():
             raise DescribeFailed(group, TimeoutError(f"no broker at {kafka.bootstrap_string} could be reached "
                                                      f"within {REACH_TIMEOUT_S:.0f} s"))
-    except KafkaAccessError as exc:
-        exc.args = (f"{exc.args[0]}; {hint}" if exc.args else hint,)
-        raise
+    except KafkaAccessError as exc:  # connect's refusals are each made from one message
+        raise type(exc)(f"{exc}; {hint}") from None
     finally:
         access.close()
 
