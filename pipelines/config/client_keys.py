@@ -4,17 +4,21 @@ private key, and the key in the one form Spark's Java Kafka client reads.
 Pure: PEM bytes and a password in, parsed values or one :class:`TlsMaterialProblem` out (no file
 is opened here). Guarantees:
 
-* :func:`read_certificates` returns at least one X.509 certificate, first the one a client
-  presents (librdkafka and Java take the file's first certificate as the leaf, the rest as its
-  chain), or raises ``NOT_A_CERTIFICATE``.
+* :func:`certificate_blocks` returns every ``CERTIFICATE`` PEM block of a file, at least one, or
+  raises ``NOT_A_CERTIFICATE``. It does not parse them: a CA bundle is judged by the TLS stacks
+  that load it (OpenSSL through librdkafka and Python's ``ssl``; Java), which accept encodings
+  ``cryptography``'s stricter parser refuses (non-DER encodings, negative serial numbers).
+* :func:`read_client_certificate` returns the client's own certificate, the file's first (librdkafka
+  and Java take it as the leaf, the rest as its chain), parsed; ``NOT_A_CERTIFICATE`` when the
+  file has none or it does not parse. The rest of the chain is not parsed here.
 * :func:`read_private_key` returns the file's first private key (the one OpenSSL takes), in any
   PEM form OpenSSL writes: PKCS#8 (``PRIVATE KEY``), encrypted PKCS#8 (``ENCRYPTED PRIVATE KEY``:
   PBES2 as OpenSSL 3 writes it, or PBES1), traditional (``RSA``/``EC``/``DSA PRIVATE KEY``, also
   encrypted with a ``Proc-Type: 4,ENCRYPTED`` header). It raises ``NOT_A_PRIVATE_KEY`` when there
   is none or it does not parse, ``CLIENT_KEY_PASSWORD_MISSING`` for an encrypted key without a
-  password, ``CLIENT_KEY_PASSWORD_WRONG`` when the password does not decrypt it and
-  ``CLIENT_KEY_NOT_ENCRYPTED`` for a password given with a key that has none (a sign that the
-  file or the password is not the one meant).
+  password and ``CLIENT_KEY_PASSWORD_WRONG`` when the password does not decrypt it. A password
+  given with a key that is not encrypted is not used, as librdkafka and Python's ``ssl`` do not
+  use it.
 * :func:`check_client_pair` raises ``CLIENT_KEY_MISMATCH`` unless the key is the private half of
   the certificate's public key.
 * :func:`java_client_key` is the key unencrypted as PKCS#8 PEM (``-----BEGIN PRIVATE KEY-----``):
@@ -23,17 +27,18 @@ is opened here). Guarantees:
   redacts.
 
 A problem's detail never holds key material or a password: only what was found and what to do.
+:class:`TlsFileChanged` is the run-time error for a file that no longer reads as it did when
+the pipeline was validated: one line, exit 1, the field and the problem's condition.
 """
 from __future__ import annotations
 
 import re
-from typing import Sequence
-
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
+from groupmgr.core import ExitCategory, ScgError
 from pipelines.config.yaml_nodes import Condition as C
 
 CERTIFICATE_FIELD, KEY_FIELD, PASSWORD_FIELD = "ssl_certificate_location", "ssl_key_location", "ssl_key_password"
@@ -52,42 +57,56 @@ class TlsMaterialProblem(ValueError):
         self.field, self.condition, self.detail = field, condition, detail
 
 
+class TlsFileChanged(ScgError):
+    """A TLS file read when a client's options are built (after the pipeline was validated) no
+    longer gives what validation found: replaced, edited or removed since. Exit 1; the message
+    names the field and the problem's condition, never key material or a password."""
+
+    condition = "TLS_FILE_CHANGED"
+    exit_category = ExitCategory.RUNTIME
+
+    @classmethod
+    def of(cls, section: str, field: str, condition: str, detail: str) -> "TlsFileChanged":
+        return cls(f"{section}.{field}: [{condition}] {detail}; the file changed since the pipeline was "
+                   "loaded: `scg validate FILE` checks it again")
+
+
 def pem_labels(pem: bytes) -> list[str]:
     """The labels of the PEM blocks in ``pem`` (``CERTIFICATE``, ``PRIVATE KEY``...), in order."""
     return [match.group(1).decode("ascii") for match in _PEM_BLOCK.finditer(pem)]
 
 
-def read_certificates(pem: bytes, field: str) -> tuple[x509.Certificate, ...]:
-    """Every ``CERTIFICATE`` block of ``pem``, parsed, the client's own first; other blocks are
-    ignored, as the clients ignore them."""
+def certificate_blocks(pem: bytes, field: str) -> list[bytes]:
+    """Every ``CERTIFICATE`` PEM block of ``pem``, in order (at least one), unparsed; other blocks
+    are ignored, as the clients ignore them."""
     blocks = [match.group(0) for match in _PEM_BLOCK.finditer(pem) if match.group(1) == b"CERTIFICATE"]
     if not blocks:
         raise TlsMaterialProblem(field, C.NOT_A_CERTIFICATE,
                                  f"holds no certificate ({_found(pem)}); give a PEM file with a "
                                  "-----BEGIN CERTIFICATE----- block")
-    certificates = []
-    for number, block in enumerate(blocks, 1):
-        try:
-            certificates.append(x509.load_pem_x509_certificate(block))
-        except ValueError:
-            raise TlsMaterialProblem(field, C.NOT_A_CERTIFICATE,
-                                     f"certificate {number} of {len(blocks)} is not a valid X.509 certificate "
-                                     "(damaged or not a certificate)") from None
-    return tuple(certificates)
+    return blocks
+
+
+def read_client_certificate(pem: bytes, field: str = CERTIFICATE_FIELD) -> x509.Certificate:
+    """The first certificate of ``pem`` (the client's own), parsed."""
+    blocks = certificate_blocks(pem, field)
+    try:
+        return x509.load_pem_x509_certificate(blocks[0])
+    except ValueError:
+        raise TlsMaterialProblem(field, C.NOT_A_CERTIFICATE,
+                                 f"the first certificate (of {len(blocks)}), the client's own, is not a valid "
+                                 "X.509 certificate (damaged or not a certificate)") from None
 
 
 def read_private_key(pem: bytes, password: str | None) -> PrivateKeyTypes:
-    """The first private key of ``pem``, decrypted with ``password`` when it is encrypted."""
+    """The first private key of ``pem``, decrypted with ``password`` when it is encrypted (a
+    password for a key that is not encrypted is not used)."""
     block = _first_private_key_block(pem)
     encrypted = _is_encrypted(block)
     if encrypted and password is None:
         raise TlsMaterialProblem(KEY_FIELD, C.CLIENT_KEY_PASSWORD_MISSING,
                                  "the private key is encrypted; give its password as ssl_key_password "
                                  "(${ENV_VAR}) or ssl_key_password_file")
-    if not encrypted and password is not None:
-        raise TlsMaterialProblem(PASSWORD_FIELD, C.CLIENT_KEY_NOT_ENCRYPTED,
-                                 "is given, but the private key in ssl_key_location is not encrypted; "
-                                 "remove the password, or point ssl_key_location at the encrypted key")
     try:
         return serialization.load_pem_private_key(block, password.encode() if encrypted else None)
     except UnsupportedAlgorithm:
@@ -103,12 +122,12 @@ def read_private_key(pem: bytes, password: str | None) -> PrivateKeyTypes:
                                  "the private key block does not parse (damaged, or not a key)") from None
 
 
-def check_client_pair(certificates: Sequence[x509.Certificate], key: PrivateKeyTypes) -> None:
-    """Raise ``CLIENT_KEY_MISMATCH`` unless ``key`` belongs to the client certificate (the first)."""
-    if _public_der(certificates[0].public_key()) != _public_der(key.public_key()):
+def check_client_pair(certificate: x509.Certificate, key: PrivateKeyTypes) -> None:
+    """Raise ``CLIENT_KEY_MISMATCH`` unless ``key`` belongs to the client ``certificate``."""
+    if _public_der(certificate.public_key()) != _public_der(key.public_key()):
         raise TlsMaterialProblem(KEY_FIELD, C.CLIENT_KEY_MISMATCH,
                                  "the private key does not belong to the certificate in "
-                                 f"ssl_certificate_location ({certificates[0].subject.rfc4514_string()}); "
+                                 f"ssl_certificate_location ({certificate.subject.rfc4514_string()}); "
                                  "give the key the certificate was issued for")
 
 

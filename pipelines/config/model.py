@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from pipelines.config.client_keys import java_client_key
+from pipelines.config.client_keys import TlsFileChanged, TlsMaterialProblem, java_client_key
 from pipelines.config.secrets import MASK, Secret, mask, reveal
 
 
@@ -239,6 +239,25 @@ class KafkaConfig(_PicklableMappings):
         return {"kafka.sasl.mechanism": sec.sasl_mechanism, "kafka.sasl.jaas.config": jaas}
 
     def _spark_ssl_options(self) -> dict[str, str]:
+        """The TLS files as inline PEM options;
+        :class:`~pipelines.config.client_keys.TlsFileChanged` when one no longer reads as it did
+        when the pipeline was validated."""
+        sec = self.security
+        locations = {"ssl_ca_location": sec.ssl_ca_location, "ssl_certificate_location": sec.ssl_certificate_location,
+                     "ssl_key_location": sec.ssl_key_location}
+        try:
+            return self._read_spark_ssl_options()
+        except TlsMaterialProblem as problem:
+            where = locations.get(problem.field) or f"ssl_key_location: {sec.ssl_key_location}"
+            raise TlsFileChanged.of("kafka.security", problem.field, problem.condition.value,
+                                    f"{where}: {problem.detail}") from None
+        except OSError as exc:
+            field = next((key for key, location in locations.items()
+                          if location is not None and exc.filename == location), "ssl_key_location")
+            raise TlsFileChanged.of("kafka.security", field, "FILE_NOT_READABLE",
+                                    f"{exc.filename}: {exc.strerror}") from None
+
+    def _read_spark_ssl_options(self) -> dict[str, str]:
         sec = self.security
         opts: dict[str, str] = {}
         if sec.ssl_ca_location:

@@ -1,11 +1,16 @@
 """Validator: line-numbered YAML nodes -> frozen :class:`~pipelines.config.model.PipelineConfig`.
 
-Pure apart from five lookups it is given or makes on purpose: ``${NAME}`` references
-(from the ``env`` mapping passed in), ``*_file`` secrets (read from disk), the TLS
-certificate and key files (checked to be readable PEM, since the driver reads them to hand
-them to executors inline, and by their contents: :mod:`pipelines.config.tls_file_checks`), ``kafka.client_config`` entries (offered to a librdkafka client
-that has no brokers, which refuses unknown names and bad values) and assignor names (``groupmgr.assignors.get_assignor``, which may
-import a plug-in module).
+Pure apart from what it is given or looks up on purpose:
+
+- ``${NAME}`` references, from the ``env`` mapping passed in;
+- ``*_file`` secrets, read from disk;
+- the TLS CA, certificate and key files: read (checked to be readable PEM, since the driver
+  hands their text to executors inline), their client certificate and key parsed with
+  ``cryptography``, and all of them loaded, without connecting, by a librdkafka client that has
+  no brokers and by Python's ``ssl`` (:mod:`pipelines.config.tls_file_checks`);
+- ``kafka.client_config`` entries, offered to a librdkafka client that has no brokers, which
+  refuses unknown names and bad values;
+- assignor names (``groupmgr.assignors.get_assignor``, which may import a plug-in module).
 
 Rules: every mapping reports its unknown keys first (with a did-you-mean suggestion), then
 fields are read in document order of the schema. A problem is recorded and validation goes on:
@@ -43,7 +48,8 @@ from pipelines.config.fields import (AssignorLookup, Ctx, Section, as_bool, as_d
 from pipelines.config.yaml_nodes import Condition as C
 from pipelines.config.yaml_nodes import Node, child_path
 from pipelines.config.schema import parse_schema
-from pipelines.config.tls_file_checks import check_tls_files
+from pipelines.config.tls_file_checks import check_tls_files, check_tls_loading
+from pipelines.runtime.client_creation import librdkafka_refusal
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -210,7 +216,21 @@ def _kafka(ctx: Ctx, top: Section) -> KafkaConfig:
         security = ctx.attempt(_security, sec) if sec.get("security") else SecurityConfig()
         # a bad security section hides only the sasl.jaas.config check, never adds an error
         client_config = ctx.attempt(_client_config, sec, security or SecurityConfig())
+    if security.protocol.endswith("SSL"):
+        _check_tls_loading(ctx, sec, security, client_config)
     return KafkaConfig(bootstrap_servers=servers, security=security, client_config=client_config)
+
+
+def _check_tls_loading(ctx: Ctx, kafka: Section, security: SecurityConfig, client_config: Mapping[str, Any]) -> None:
+    """The TLS files loaded as the clients load them, with the ``ssl.*`` settings of client_config
+    librdkafka gets (``ssl.providers``, ``ssl.engine.*``...): runs once the security section and
+    client_config are good (so the section reopened here reports nothing again)."""
+    ssl_settings = {key: reveal(value) for key, value in client_config.items()
+                    if key.startswith("ssl.") and not is_java_only_client_setting(key)}
+    locations = {key: getattr(security, key)
+                 for key in ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")}
+    check_tls_loading(ctx, kafka.section("security", SECURITY_KEYS), locations, security.ssl_key_password,
+                      ssl_settings)
 
 
 def _client_config(ctx: Ctx, sec: Section, security: SecurityConfig) -> Mapping[str, Any]:
@@ -323,25 +343,13 @@ def _check_librdkafka_accepts(ctx: Ctx, node: Node | None, path: str, settings: 
     for key, value in settings.items():
         if is_java_only_client_setting(key):
             continue
-        refusal = _librdkafka_refusal(key, reveal(value))
+        refusal = librdkafka_refusal({key: reveal(value)})
         if refusal is not None:
             ctx.report(dict(node.items())[key].line if node is not None else 0, child_path(path, key),
                        C.UNKNOWN_CLIENT_SETTING,
                        f"confluent-kafka (librdkafka) refuses {key!r}: {refusal}; client_config settings go to "
                        "every client (Java-client-only ones, which go to Spark only: "
                        f"{', '.join(JAVA_ONLY_CLIENT_PREFIXES)})", key=key)
-
-
-def _librdkafka_refusal(key: str, value: str) -> str | None:
-    """Why librdkafka refuses ``key: value`` (asked by making, then dropping, a client that has no
-    brokers, so nothing connects), or None."""
-    from confluent_kafka import Consumer, KafkaException
-
-    try:
-        Consumer({"group.id": "scg-validate", key: value, "log_level": 0}).close()
-    except KafkaException as exc:
-        return exc.args[0].str()
-    return None
 
 
 def _subscription(ctx: Ctx, top: Section) -> tuple[tuple[str, ...], str | None]:

@@ -73,8 +73,8 @@ def duration_text(ms: int) -> str:
     return f"{ms}ms ({ms / 86_400_000:,.1f} days)" if ms >= 86_400_000 else f"{ms}ms"
 
 
-# Strings whose target system bounds their length, in UTF-8 bytes (no other string of a
-# pipeline file is longer than a YAML value may be: pipelines.config.yaml_limits.MAX_SCALAR_CHARS).
+# Strings whose target system bounds their length, in UTF-8 bytes (other strings of a pipeline
+# file, a transform's SQL say, are bounded only by the file: pipelines.config.yaml_limits).
 FIELD_LENGTHS: Mapping[str, Range] = {
     "name": Range(1, 249, "a pipeline name is an id in every Delta commit's txn actions and in metric "
                   "labels; it takes a Kafka topic name's characters and length"),

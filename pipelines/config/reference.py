@@ -20,7 +20,7 @@ from typing import Any
 from pipelines.config import pipeline_validator as validator
 from pipelines.config.model import DOC, DURATION, ENUM, SECTION, KeyDoc, PipelineConfig
 from pipelines.config.ranges import FIELD_LENGTHS, FIELD_RANGES, duration_text
-from pipelines.config.yaml_limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_KEY_CHARS, MAX_NODES, MAX_SCALAR_CHARS
+from pipelines.config.yaml_limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_KEY_CHARS, MAX_NODES
 
 REGENERATE = ".venv/bin/python -m pipelines.config.reference > docs/configuration.md"
 # The keys the validator accepts in each section ("" is the top level of the file).
@@ -44,9 +44,10 @@ _UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms
 
 LIMITS_RULE = f"""\
 - A file is at most {MAX_FILE_BYTES:,} bytes, nests at most {MAX_DEPTH} levels and holds at most
-  {MAX_NODES:,} nodes (aliases expanded); a value is at most {MAX_SCALAR_CHARS:,} characters and a
-  key at most {MAX_KEY_CHARS:,} (`YAML_LIMIT`). Durations, counts and some strings have the range
-  of the setting they map to, given with each key (`OUT_OF_RANGE`).
+  {MAX_NODES:,} nodes (aliases expanded); a key is at most {MAX_KEY_CHARS:,} characters
+  (`YAML_LIMIT`). A value (a `transform`, a `format.schema`) has only the file's bound.
+  Durations, counts and some strings have the range of the setting they map to, given with
+  each key (`OUT_OF_RANGE`).
 """
 INTRO = """\
 A pipeline file is one YAML mapping. This page lists every key it may hold.

@@ -6,6 +6,10 @@ environment reference (``sasl_password: ${KAFKA_PASSWORD}``) or as a file
 :class:`Secret`, whose ``repr``/``str`` is ``Secret(***)``; only
 :meth:`Secret.reveal` returns the value.
 
+Which keys of a free-form settings map hold secrets is :func:`is_secret_key`, and what is shown
+in a secret's place is :data:`MASK` (both from :mod:`pipelines.runtime.secret_settings`, so the
+runtime masks by the same rule).
+
 Failures raise :class:`SecretError` subclasses carrying a ``condition`` and their
 parameters; the config validator turns them into located ``ConfigError`` s.
 No error message ever contains a secret value.
@@ -18,20 +22,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from groupmgr.core import ExitCategory, ScgError
-
-MASK = "***"
+# the one rule for which settings are secrets and what is shown instead (the runtime uses it too)
+from pipelines.runtime.secret_settings import MASK, is_secret_key  # noqa: F401
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _ENV_REF = re.compile(r"\$\{(" + _NAME + r")\}")
 _ANY_REF = re.compile(r"\$\{([^}]*)\}")
-# Keys of free-form settings maps (kafka.client_config, spark, storage.options) whose values are
-# secrets: words that always name one (sasl.jaas.config, ssl.key.password, *.client.secret,
-# basic.auth.user.info: "user:password", a private key's passphrase), a token (fs.s3a.session.token,
-# aws_session_token; not a token endpoint's URL), key material (ssl.keystore.key, ssl.key.pem,
-# azure_storage_account_key, fs.azure.account.key.<account>...); not a key's location, type or
-# serializer (ssl.key.location, ssl.keystore.type, key.deserializer).
-_SECRET_KEY = re.compile(r"password|passphrase|secret|credential|jaas\.config|auth[._-]user[._-]info"
-                         r"|token$|(^|[._-])key$|key\.pem$|account[._-]key", re.IGNORECASE)
 
 
 class Secret:
@@ -105,11 +101,6 @@ class SecretFileUnreadableError(SecretError):
     """A ``*_file`` entry names a file that cannot be read."""
 
     condition = "SECRET_FILE_UNREADABLE"
-
-
-def is_secret_key(key: str) -> bool:
-    """Whether a free-form setting (``sasl.jaas.config``, ``fs.s3a.secret.key``...) holds a secret."""
-    return bool(_SECRET_KEY.search(key))
 
 
 def _lookup(name: str, env: Mapping[str, str]) -> str:

@@ -2,16 +2,17 @@
 
 :func:`check_tls_files` reads the CA, client certificate and key files (paths already checked to be
 readable PEM files) and reports, on the line of the field to blame, what
-:mod:`pipelines.config.client_keys` finds: a CA or certificate file without a parseable
-certificate, a key file without a usable private key, an encrypted key without its password or
-with a wrong one, a password for a key that has none, a key that is not the certificate's. So
-every client the member makes (kafka-python, librdkafka, Spark's Java client) is given TLS files it
-can load, and ``scg validate`` says so before anything starts. When those checks pass, the files
-are offered to the two TLS stacks that load them on the driver, as the clients do, without
-connecting: librdkafka (a client with no brokers) and Python's ``ssl`` (kafka-python's context).
-What either refuses (a key too small for OpenSSL's security level, an encryption it lacks) is
-``TLS_FILE_REFUSED``, with the library's reason. No problem's text holds key material or a
-password.
+:mod:`pipelines.config.client_keys` finds: a CA or certificate file without a certificate block,
+a client certificate that does not parse, a key file without a usable private key, an encrypted
+key without its password or with a wrong one, a key that is not the certificate's. A CA bundle's
+certificates are not parsed here: whether they load is the TLS stacks' verdict, below.
+
+:func:`check_tls_loading` then offers the files to the two TLS stacks that load them on the
+driver, as the clients do, without connecting: librdkafka (a client with no brokers, given the
+pipeline's ``client_config`` ``ssl.*`` settings too: ``ssl.providers``, ``ssl.engine.*``...) and
+Python's ``ssl`` (kafka-python's context). What either refuses (a key too small for OpenSSL's
+security level, an encryption it lacks, a CA certificate it cannot read) is ``TLS_FILE_REFUSED``,
+with the library's reason. No problem's text holds key material or a password.
 """
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ import re
 import ssl
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from pipelines.config.client_keys import (CERTIFICATE_FIELD, KEY_FIELD, PASSWORD_FIELD, TlsMaterialProblem,
-                                          check_client_pair, read_certificates, read_private_key)
+                                          certificate_blocks, check_client_pair, read_client_certificate,
+                                          read_private_key)
 from pipelines.config.fields import Ctx, Section
-from pipelines.config.secrets import MASK, Secret
+from pipelines.config.secrets import Secret
 from pipelines.config.yaml_nodes import Condition as C
+from pipelines.runtime.client_creation import librdkafka_refusal, masked
 
 CA_FIELD = "ssl_ca_location"
 
@@ -38,29 +41,36 @@ def check_tls_files(ctx: Ctx, sec: Section, locations: Mapping[str, str | None],
             ctx.attempt(_check_ca, sec, locations[CA_FIELD])
         if locations.get(CERTIFICATE_FIELD) and locations.get(KEY_FIELD):
             ctx.attempt(_check_client_pair, sec, locations, key_password)
+
+
+def check_tls_loading(ctx: Ctx, sec: Section, locations: Mapping[str, str | None], key_password: Secret | None,
+                      ssl_settings: Mapping[str, str]) -> None:
+    """Fail with ``TLS_FILE_REFUSED`` on the field to blame when librdkafka (given ``ssl_settings``,
+    the pipeline's other ``ssl.*`` librdkafka settings) or Python's ``ssl`` will not load the
+    files."""
     password = key_password.reveal() if key_password is not None else None
+    settings = _librdkafka_settings(locations, password, ssl_settings)
     for refusal in (_librdkafka_refusal, _python_ssl_refusal):
-        found = refusal(locations, password)
+        found = refusal(locations, password, settings)
         if found is not None:
             client, field, reason = found
             line, path = sec.line_of(field)
             ctx.fail(line, path, C.TLS_FILE_REFUSED, f"{locations.get(field)}: {client} refuses it: "
-                     f"{_masked(reason, password)}", field=field)
+                     f"{masked(reason, settings)}", field=field)
 
 
 def _check_ca(ctx: Ctx, sec: Section, location: str) -> None:
     with _reported(ctx, sec, {CA_FIELD: location}):
-        read_certificates(_read(ctx, sec, CA_FIELD, location), CA_FIELD)
+        certificate_blocks(_read(ctx, sec, CA_FIELD, location), CA_FIELD)
 
 
 def _check_client_pair(ctx: Ctx, sec: Section, locations: Mapping[str, str | None],
                        key_password: Secret | None) -> None:
     with _reported(ctx, sec, locations):
-        certificates = read_certificates(_read(ctx, sec, CERTIFICATE_FIELD, locations[CERTIFICATE_FIELD]),
-                                         CERTIFICATE_FIELD)
+        certificate = read_client_certificate(_read(ctx, sec, CERTIFICATE_FIELD, locations[CERTIFICATE_FIELD]))
         key = read_private_key(_read(ctx, sec, KEY_FIELD, locations[KEY_FIELD]),
                                key_password.reveal() if key_password is not None else None)
-        check_client_pair(certificates, key)
+        check_client_pair(certificate, key)
 
 
 @contextmanager
@@ -91,26 +101,30 @@ LIBRDKAFKA_SETTINGS = {CA_FIELD: "ssl.ca.location", CERTIFICATE_FIELD: "ssl.cert
 _LIBRDKAFKA_FAILED_SETTING = re.compile(r"(ssl\.[a-z.]+) failed:\s*")
 
 
-def _librdkafka_refusal(locations: Mapping[str, str | None], password: str | None) -> tuple[str, str, str] | None:
-    """(client, field, reason) when librdkafka will not make a client with these files, else None
-    (a client with no brokers, dropped at once: nothing connects)."""
-    from confluent_kafka import Consumer, KafkaException
-
-    settings = {setting: locations[field] for field, setting in LIBRDKAFKA_SETTINGS.items() if locations.get(field)}
+def _librdkafka_settings(locations: Mapping[str, str | None], password: str | None,
+                         ssl_settings: Mapping[str, str]) -> dict[str, Any]:
+    settings: dict[str, Any] = {"security.protocol": "SSL", **ssl_settings}
+    settings.update({setting: locations[field] for field, setting in LIBRDKAFKA_SETTINGS.items()
+                     if locations.get(field)})
     if password is not None:
         settings["ssl.key.password"] = password
-    try:
-        Consumer({"group.id": "scg-validate", "security.protocol": "SSL", "log_level": 0, **settings}).close()
-    except KafkaException as exc:
-        reason = exc.args[0].str()
-        setting = _LIBRDKAFKA_FAILED_SETTING.search(reason)
-        field = next((field for field, name in LIBRDKAFKA_SETTINGS.items()
-                      if setting is not None and setting.group(1) == name), KEY_FIELD)
-        return "librdkafka", field, reason[setting.end():] if setting is not None else reason
-    return None
+    return settings
 
 
-def _python_ssl_refusal(locations: Mapping[str, str | None], password: str | None) -> tuple[str, str, str] | None:
+def _librdkafka_refusal(locations: Mapping[str, str | None], password: str | None,
+                        settings: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(client, field, reason) when librdkafka will not make a client with ``settings``, or None."""
+    reason = librdkafka_refusal(settings)
+    if reason is None:
+        return None
+    setting = _LIBRDKAFKA_FAILED_SETTING.search(reason)
+    field = next((field for field, name in LIBRDKAFKA_SETTINGS.items()
+                  if setting is not None and setting.group(1) == name), KEY_FIELD)
+    return "librdkafka", field, reason[setting.end():] if setting is not None else reason
+
+
+def _python_ssl_refusal(locations: Mapping[str, str | None], password: str | None,
+                        settings: Mapping[str, Any]) -> tuple[str, str, str] | None:
     """(client, field, reason) when Python's ``ssl`` will not load these files into a client
     context as kafka-python does, else None."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -125,6 +139,3 @@ def _python_ssl_refusal(locations: Mapping[str, str | None], password: str | Non
         return "Python's ssl (the group member)", field, str(exc)
     return None
 
-
-def _masked(text: str, password: str | None) -> str:
-    return text.replace(password, MASK) if password else text

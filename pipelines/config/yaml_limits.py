@@ -4,11 +4,14 @@ A pipeline file is small: a few hundred nodes. These bounds keep a careless or h
 taking more than a bounded time and memory to refuse:
 
 - :data:`MAX_FILE_BYTES`: :func:`read_bounded` never reads more than one byte past it;
-- :data:`MAX_DEPTH`, :data:`MAX_NODES`, :data:`MAX_SCALAR_CHARS`, :data:`MAX_KEY_CHARS`:
-  :class:`BoundedComposer` (a mixin for a PyYAML loader) checks each node as PyYAML composes it,
-  so the composer never recurses deeper than :data:`MAX_DEPTH` levels or makes more than
-  :data:`MAX_NODES` nodes, and merge keys (``<<``) never merge more than :data:`MAX_NODES` entries
-  into one mapping.
+- :data:`MAX_DEPTH`, :data:`MAX_NODES`, :data:`MAX_KEY_CHARS`: :class:`BoundedComposer` (a mixin
+  for a PyYAML loader) checks each node as PyYAML composes it, so the composer never recurses
+  deeper than :data:`MAX_DEPTH` levels or makes more than :data:`MAX_NODES` nodes, and merge keys
+  (``<<``) never merge more than :data:`MAX_NODES` entries into one mapping.
+
+A value (a ``transform``'s SQL, a ``format.schema`` DDL) has no bound of its own: it is never
+longer than the file, and an error quotes at most one line of it. Strings whose target system
+bounds them (``name``, ``group.id``...) have that bound (:mod:`pipelines.config.ranges`).
 
 :func:`decode` turns the file's bytes into text (UTF-8, or UTF-16 with a byte order mark, as
 YAML allows) and names the line and column of the first byte that is not.
@@ -27,7 +30,6 @@ import yaml
 MAX_FILE_BYTES = 1024 * 1024
 MAX_DEPTH = 64
 MAX_NODES = 20_000  # also bounds what aliases expand to (yaml_nodes counts the expanded tree)
-MAX_SCALAR_CHARS = 65_536
 MAX_KEY_CHARS = 1_024
 
 
@@ -87,8 +89,8 @@ def line_and_column(text: str, position: int) -> tuple[int, int]:
 
 class BoundedComposer:
     """Mixin for a PyYAML loader (put it before the loader class): composing raises
-    :class:`LimitExceeded` past :data:`MAX_DEPTH`, :data:`MAX_NODES`, :data:`MAX_SCALAR_CHARS`
-    or :data:`MAX_KEY_CHARS`, and flattening merge keys past :data:`MAX_NODES` entries."""
+    :class:`LimitExceeded` past :data:`MAX_DEPTH`, :data:`MAX_NODES` or :data:`MAX_KEY_CHARS`, and
+    flattening merge keys past :data:`MAX_NODES` entries."""
 
     _depth = 0
     _nodes = 0
@@ -103,19 +105,17 @@ class BoundedComposer:
                                     f"document nests deeper than {MAX_DEPTH} levels")
             if self._nodes > MAX_NODES:
                 raise LimitExceeded("nodes", MAX_NODES, line, f"document has more than {MAX_NODES} nodes")
-            self._check_scalar(isinstance(parent, yaml.MappingNode) and index is None, line)
+            if isinstance(parent, yaml.MappingNode) and index is None:
+                self._check_key(line)
             return super().compose_node(parent, index)  # type: ignore[misc]
         finally:
             self._depth -= 1
 
-    def _check_scalar(self, is_key: bool, line: int) -> None:
+    def _check_key(self, line: int) -> None:
         event = self.peek_event()  # type: ignore[attr-defined]
-        if not isinstance(event, yaml.ScalarEvent):
-            return
-        bound, what = (MAX_KEY_CHARS, "key") if is_key else (MAX_SCALAR_CHARS, "value")
-        if len(event.value) > bound:
-            raise LimitExceeded(f"{what} length", bound, line,
-                                f"a {what} of {len(event.value)} characters; at most {bound}")
+        if isinstance(event, yaml.ScalarEvent) and len(event.value) > MAX_KEY_CHARS:
+            raise LimitExceeded("key length", MAX_KEY_CHARS, line,
+                                f"a key of {len(event.value)} characters; at most {MAX_KEY_CHARS}")
 
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
         super().flatten_mapping(node)  # type: ignore[misc]

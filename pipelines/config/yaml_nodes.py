@@ -7,8 +7,8 @@ Duplicate keys are an error (PyYAML silently keeps the last one). Mapping keys a
 always the key's source text (``on:`` stays ``"on"``); scalar values are constructed
 by the safe constructor (ints, bools, null...) and keep their source text too.
 
-The bounds of :mod:`pipelines.config.yaml_limits` (file size, nesting depth, node count, scalar
-and key length) are checked while the file is read and composed, and on the tree that aliases
+The bounds of :mod:`pipelines.config.yaml_limits` (file size, nesting depth, node count, key
+length) are checked while the file is read and composed, and on the tree that aliases
 expand to, so any file is refused or accepted in bounded time and memory (``YAML_LIMIT``). A
 file that is not UTF-8 (or UTF-16 with a byte order mark) is refused at the line of its first
 bad byte.
@@ -71,7 +71,6 @@ class Condition(enum.StrEnum):
     CLIENT_KEY_MISMATCH = "CLIENT_KEY_MISMATCH"
     CLIENT_KEY_PASSWORD_MISSING = "CLIENT_KEY_PASSWORD_MISSING"
     CLIENT_KEY_PASSWORD_WRONG = "CLIENT_KEY_PASSWORD_WRONG"
-    CLIENT_KEY_NOT_ENCRYPTED = "CLIENT_KEY_NOT_ENCRYPTED"
     TLS_FILE_REFUSED = "TLS_FILE_REFUSED"
 
 

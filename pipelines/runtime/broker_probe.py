@@ -7,7 +7,8 @@ copies without a terminating NUL, as a C string (past the end of its buffer).
 
 Each partition gets its own answer: a partition whose leader is missing, whose topic is unknown,
 whose request timed out, or that was answered with no offset (a negative one, while a broker
-restarts) is reported with that condition while the others are described (:class:`ProbeResult`). Offsets are next-offset-to-read: ``latest`` is the log-end offset.
+restarts) is reported with that condition while the others are described (:class:`ProbeResult`).
+Offsets are next-offset-to-read: ``latest`` is the log-end offset.
 
 A topic ID is only ever one the brokers answered: a describe that failed (a broker restarting, a
 timeout) or answered the all-zero ID is a condition, never an ID that could read as a recreated

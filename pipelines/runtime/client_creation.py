@@ -5,20 +5,19 @@ setting is a ``KafkaException`` (``_INVALID_ARG``) from the constructor. ``scg v
 the same settings to librdkafka, so a loaded pipeline is refused here only when something changed
 since it was loaded (a key or certificate file replaced, say). :func:`make_client` turns that into
 :class:`KafkaClientRefused`: one line, exit 1, librdkafka's reason with every secret setting's
-value masked.
+value masked. :func:`librdkafka_refusal` asks librdkafka, without connecting, whether it would
+make a client with given settings: ``scg validate``'s checks of ``client_config`` and of the TLS
+files use it. Secret settings are those of :func:`pipelines.runtime.secret_settings.is_secret_key`.
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from groupmgr.core import ExitCategory, ScgError
+from pipelines.runtime.secret_settings import MASK, is_secret_key
 
 T = TypeVar("T")
-MASK = "***"
-# librdkafka settings whose values are secrets (a password, a JAAS config, an inline key, a token)
-_SECRET_SETTING = re.compile(r"password|secret|jaas|token|credential|user\.info|key\.pem|keystore\.key", re.I)
 
 
 class KafkaClientRefused(ScgError):
@@ -43,9 +42,24 @@ def make_client(factory: Callable[[dict], T], config: Mapping[str, Any]) -> T:
             "`scg validate FILE` names the field") from None
 
 
+def librdkafka_refusal(settings: Mapping[str, Any]) -> str | None:
+    """Why librdkafka refuses to make a client with ``settings`` (an unknown name, a bad value, a
+    TLS file it cannot load), secret settings' values masked; None when it makes one. The client
+    is a consumer with no brokers, closed at once: nothing connects."""
+    from confluent_kafka import Consumer, KafkaException
+
+    config = {"group.id": "scg-validate", "log_level": 0, **settings}
+    try:
+        Consumer(config).close()
+    except KafkaException as exc:
+        error = exc.args[0]
+        return masked(error.str() if hasattr(error, "str") else str(error), config)
+    return None
+
+
 def masked(text: str, config: Mapping[str, Any]) -> str:
     """``text`` with the value of every secret setting of ``config`` replaced by ``***``."""
     for key, value in config.items():
-        if isinstance(value, str) and value and _SECRET_SETTING.search(key):
+        if isinstance(value, str) and value and is_secret_key(key):
             text = text.replace(value, MASK)
     return text

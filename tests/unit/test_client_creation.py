@@ -9,7 +9,8 @@ from confluent_kafka.admin import AdminClient
 
 from groupmgr.core import ExitCategory
 from pipelines.config import load_pipeline
-from pipelines.runtime.client_creation import KafkaClientRefused, make_client, masked
+from pipelines.config import secrets
+from pipelines.runtime.client_creation import KafkaClientRefused, librdkafka_refusal, make_client, masked
 from pipelines.runtime.kafka_access import check_kafka_access
 from tests.support.tls_material import key_pem, new_key, write_client_files
 
@@ -53,8 +54,25 @@ def test_a_good_config_makes_the_client(tmp_path: Path):
 
 def test_secret_values_are_masked_in_a_reason():
     config = {"ssl.key.password": "pw-1", "sasl.password": "pw-2", "ssl.key.pem": "KEYTEXT",
-              "bootstrap.servers": "host:1"}
-    assert masked("pw-1 pw-2 KEYTEXT host:1", config) == "*** *** *** host:1"
+              "bootstrap.servers": "host:1", "ssl.keystore.key": "KS", "basic.auth.user.info": "u:p"}
+    assert masked("pw-1 pw-2 KEYTEXT host:1 KS u:p", config) == "*** *** *** host:1 *** ***"
+
+
+def test_the_runtime_masks_by_the_config_layers_rule():
+    """One rule: every key the secrets module calls secret is masked here, with its mask."""
+    assert secrets.MASK == "***"
+    for key in ("my.passphrase", "fs.azure.account.key.acct", "sasl.oauthbearer.client.secret", "x.token"):
+        assert secrets.is_secret_key(key)
+        assert masked("value-1", {key: "value-1"}) == secrets.MASK
+    assert masked("/etc/key.pem", {"ssl.key.location": "/etc/key.pem"}) == "/etc/key.pem"
+
+
+def test_librdkafka_refusal_names_a_bad_setting_and_masks_secrets():
+    assert librdkafka_refusal({"request.timeout.ms": "30000"}) is None
+    assert "no.such.setting" in librdkafka_refusal({"no.such.setting": "1"})
+    reason = librdkafka_refusal({"security.protocol": "SSL", "ssl.key.location": "/nonexistent/key.pem",
+                                 "ssl.key.password": "pw-canary-9"})
+    assert reason is not None and "pw-canary-9" not in reason
 
 
 def test_the_access_check_of_scg_run_names_the_refusal(tmp_path: Path):

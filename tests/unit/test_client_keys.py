@@ -8,8 +8,8 @@ import base64
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from pipelines.config.client_keys import (TlsMaterialProblem, check_client_pair, java_client_key, pem_labels,
-                                          read_certificates, read_private_key)
+from pipelines.config.client_keys import (TlsMaterialProblem, certificate_blocks, check_client_pair, java_client_key,
+                                          pem_labels, read_client_certificate, read_private_key)
 from pipelines.config.yaml_nodes import Condition
 from tests.support.tls_material import Authority, certificate_pem, key_pem, new_key
 
@@ -36,7 +36,7 @@ def test_every_pem_form_is_read_and_matches_its_certificate(kind, form, password
     certificate = Authority.make().issue("client", key.public_key())
     read = read_private_key(key_pem(key, form, password), password)
     assert _public(read) == _public(key)
-    check_client_pair(read_certificates(certificate_pem(certificate), "ssl_certificate_location"), read)
+    check_client_pair(read_client_certificate(certificate_pem(certificate)), read)
 
 
 def test_an_encrypted_pkcs8_key_is_pbes2_as_openssl_3_writes_it():
@@ -66,19 +66,19 @@ def test_the_first_private_key_of_a_file_is_the_one_read_and_other_blocks_are_ig
 
 def test_a_key_from_another_pair_is_a_mismatch():
     certificate = Authority.make().issue("c", new_key().public_key())
-    problem = _problem(check_client_pair, (certificate,), new_key())
+    problem = _problem(check_client_pair, certificate, new_key())
     assert (problem.condition, problem.field) == (Condition.CLIENT_KEY_MISMATCH, "ssl_key_location")
     assert "CN=c" in problem.detail
 
 
 def test_the_leaf_is_the_first_certificate_of_a_chain():
     authority, key = Authority.make(), new_key()
-    chain = read_certificates(certificate_pem(authority.issue("leaf", key.public_key()))
-                              + certificate_pem(authority.certificate), "ssl_certificate_location")
-    check_client_pair(chain, key)
-    reversed_chain = read_certificates(certificate_pem(authority.certificate)
-                                       + certificate_pem(authority.issue("leaf", key.public_key())), "x")
-    assert _problem(check_client_pair, reversed_chain, key).condition == Condition.CLIENT_KEY_MISMATCH
+    leaf = read_client_certificate(certificate_pem(authority.issue("leaf", key.public_key()))
+                                   + certificate_pem(authority.certificate))
+    check_client_pair(leaf, key)
+    reversed_leaf = read_client_certificate(certificate_pem(authority.certificate)
+                                            + certificate_pem(authority.issue("leaf", key.public_key())))
+    assert _problem(check_client_pair, reversed_leaf, key).condition == Condition.CLIENT_KEY_MISMATCH
 
 
 @pytest.mark.parametrize("form", ["pkcs8", "traditional"])
@@ -93,9 +93,12 @@ def test_a_wrong_password_is_named(form):
     assert (problem.condition, problem.field) == (Condition.CLIENT_KEY_PASSWORD_WRONG, "ssl_key_password")
 
 
-def test_a_password_for_an_unencrypted_key_is_refused():
-    problem = _problem(read_private_key, key_pem(new_key()), PASSWORD)
-    assert (problem.condition, problem.field) == (Condition.CLIENT_KEY_NOT_ENCRYPTED, "ssl_key_password")
+@pytest.mark.parametrize("form", ["pkcs8", "traditional"])
+def test_a_password_for_an_unencrypted_key_is_not_used(form):
+    """As librdkafka and Python's ssl: a password shared by several pipelines is harmless."""
+    key = new_key()
+    assert _public(read_private_key(key_pem(key, form), PASSWORD)) == _public(key)
+    assert pem_labels(java_client_key(key_pem(key, form), PASSWORD).encode()) == ["PRIVATE KEY"]
 
 
 @pytest.mark.parametrize("content, found", [
@@ -118,13 +121,33 @@ def test_a_file_without_a_usable_private_key_is_not_a_private_key(content, found
     lambda: b"-----BEGIN CERTIFICATE-----\nTUlJQw==\n-----END CERTIFICATE-----\n",  # PEM-shaped garbage
     lambda: b"\x00\xff binary",
 ])
-def test_a_file_without_a_parseable_certificate_is_not_a_certificate(content):
-    problem = _problem(read_certificates, content(), "ssl_ca_location")
+def test_a_client_certificate_file_without_a_parseable_first_certificate_is_not_a_certificate(content):
+    problem = _problem(read_client_certificate, content())
+    assert (problem.condition, problem.field) == (Condition.NOT_A_CERTIFICATE, "ssl_certificate_location")
+
+
+@pytest.mark.parametrize("content", [
+    lambda: key_pem(new_key()),                                              # the key given as the CA
+    lambda: b"-----BEGIN X509 CRL-----\nTUlJQw==\n-----END X509 CRL-----\n",   # another PEM block only
+    lambda: b"\x00\xff binary",
+])
+def test_a_file_without_a_certificate_block_is_not_a_certificate(content):
+    problem = _problem(certificate_blocks, content(), "ssl_ca_location")
     assert (problem.condition, problem.field) == (Condition.NOT_A_CERTIFICATE, "ssl_ca_location")
 
 
-def test_a_damaged_second_certificate_is_named_by_its_number():
+def test_certificate_blocks_are_not_parsed_the_tls_stacks_judge_them():
+    """A CA bundle's certificates are left to OpenSSL and Java, which read encodings cryptography
+    refuses; only the client's own certificate is parsed here."""
     good = certificate_pem(Authority.make().certificate)
-    problem = _problem(read_certificates, good + b"-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n",
-                       "ssl_certificate_location")
-    assert problem.condition == Condition.NOT_A_CERTIFICATE and "certificate 2 of 2" in problem.detail
+    damaged = b"-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n"
+    assert certificate_blocks(good + damaged, "ssl_ca_location") == [good.strip(), damaged.strip()]
+    assert certificate_blocks(damaged, "ssl_ca_location") == [damaged.strip()]
+
+
+def test_only_the_first_certificate_of_a_client_chain_is_parsed():
+    authority, key = Authority.make(), new_key()
+    leaf = certificate_pem(authority.issue("leaf", key.public_key()))
+    damaged = b"-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n"
+    check_client_pair(read_client_certificate(leaf + damaged), key)
+    assert "first certificate (of 2)" in _problem(read_client_certificate, damaged + leaf).detail

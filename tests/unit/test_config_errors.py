@@ -17,7 +17,7 @@ CASES = Path(__file__).parent / "config_cases"
 ENV = {"KAFKA_USER": "alice", "KAFKA_PASSWORD": "pw-from-env"}
 # need a private key: their files are made by tests/unit/test_validate_client_keys.py, no key is kept here
 KEY_PAIR_CONDITIONS = {"CLIENT_KEY_MISMATCH", "CLIENT_KEY_PASSWORD_MISSING", "CLIENT_KEY_PASSWORD_WRONG",
-                       "CLIENT_KEY_NOT_ENCRYPTED", "TLS_FILE_REFUSED"}
+                       "TLS_FILE_REFUSED"}
 _EXPECT = re.compile(r"#\s*expect:\s*(\S+)\s+(\S+)\s+(\d+)\s*$")
 
 

@@ -3,6 +3,7 @@ line, field and condition, before any client is made (real keys and certificates
 test); the usable forms load, and Spark's Java client gets the key unencrypted as PKCS#8."""
 from __future__ import annotations
 
+import ssl
 import subprocess
 from pathlib import Path
 
@@ -18,7 +19,7 @@ PASSWORD = "key-password-canary-7"
 LINES = {"ssl_ca_location": 7, "ssl_certificate_location": 8, "ssl_key_location": 9, "ssl_key_password_file": 10}
 
 
-def _pipeline(directory: Path, files, password: str | None = None) -> Path:
+def _pipeline(directory: Path, files, password: str | None = None, client_config: str = "") -> Path:
     """A pipeline whose TLS fields sit on the lines of :data:`LINES`."""
     password_line = "    ssl_key_password_file: key.password\n" if password is not None else ""
     if password is not None:
@@ -35,6 +36,7 @@ def _pipeline(directory: Path, files, password: str | None = None) -> Path:
         f"    ssl_certificate_location: {files.cert_file}\n"
         f"    ssl_key_location: {files.key_file}\n"
         f"{password_line}"
+        f"{client_config}"
         "topics: [t]\n"
         "group: {id: g}\n"
         "format: {schema: \"id BIGINT\"}\n"
@@ -56,10 +58,6 @@ def _wrong_password(directory, files, password):
     key = new_key("rsa")
     files.cert_file.write_bytes(certificate_pem(Authority.make().issue("c", key.public_key())))
     files.key_file.write_bytes(key_pem(key, "traditional", "another-password"))
-    return PASSWORD
-
-
-def _unencrypted_with_password(directory, files, password):
     return PASSWORD
 
 
@@ -96,7 +94,6 @@ CASES = [
     (_other_pair_key, Condition.CLIENT_KEY_MISMATCH, "ssl_key_location"),
     (_encrypted_without_password, Condition.CLIENT_KEY_PASSWORD_MISSING, "ssl_key_location"),
     (_wrong_password, Condition.CLIENT_KEY_PASSWORD_WRONG, "ssl_key_password_file"),
-    (_unencrypted_with_password, Condition.CLIENT_KEY_NOT_ENCRYPTED, "ssl_key_password_file"),
     (_ca_certificate_as_key, Condition.NOT_A_PRIVATE_KEY, "ssl_key_location"),
     (_garbage_key, Condition.NOT_A_PRIVATE_KEY, "ssl_key_location"),
     (_garbage_certificate, Condition.NOT_A_CERTIFICATE, "ssl_certificate_location"),
@@ -138,7 +135,7 @@ def test_validate_and_run_exit_2_with_one_line(broken, command, capsys):
 
 def test_the_key_and_the_certificate_problems_of_one_file_are_reported_together(tmp_path: Path, capsys):
     files = write_client_files(tmp_path / "tls")
-    files.ca_file.write_text("-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n")
+    files.ca_file.write_bytes(key_pem(new_key()))  # no certificate block
     files.key_file.write_bytes(key_pem(new_key()))
     assert main_validate(_pipeline(tmp_path, files)) == 2
     assert [line.split("[")[1].split("]")[0] for line in capsys.readouterr().err.splitlines()] == [
@@ -162,3 +159,88 @@ def test_usable_keys_load_and_spark_gets_them_unencrypted_as_pkcs8(tmp_path: Pat
     assert kafka.confluent_config()["ssl.key.location"] == str(files.key_file)
     assert kafka.confluent_config().get("ssl.key.password") == password
     assert kafka.kafka_python_kwargs().get("ssl_password") == password
+
+
+def test_a_password_given_with_an_unencrypted_key_is_accepted_and_unused(tmp_path: Path):
+    """librdkafka and Python's ssl do not use it, and Spark gets no key password: a password
+    shared by several pipelines does no harm."""
+    files = write_client_files(tmp_path / "tls")
+    kafka = load_pipeline(_pipeline(tmp_path, files, PASSWORD), env={}).kafka
+    assert kafka.confluent_config()["ssl.key.password"] == PASSWORD
+    key = serialization.load_pem_private_key(kafka.spark_kafka_options()["kafka.ssl.keystore.key"].encode(), None)
+    assert key.private_numbers() == serialization.load_pem_private_key(files.key_file.read_bytes(),
+                                                                       None).private_numbers()
+
+
+def _openssl_verdict(ca_file: Path) -> bool:
+    """Whether both TLS stacks on the driver load ``ca_file`` as a CA bundle."""
+    from pipelines.runtime.client_creation import librdkafka_refusal
+
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(str(ca_file))
+    except ssl.SSLError:
+        return False
+    return librdkafka_refusal({"security.protocol": "SSL", "ssl.ca.location": str(ca_file)}) is None
+
+
+@pytest.mark.parametrize("second", [
+    b"-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n",        # damaged
+    b"-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n",
+])
+def test_a_ca_bundle_is_judged_by_the_tls_stacks_not_by_cryptography(tmp_path: Path, second: bytes):
+    """Only the client's own certificate is parsed with cryptography; a CA bundle's blocks are
+    loaded by OpenSSL (librdkafka, Python's ssl), whose verdict stands: accepted, or
+    TLS_FILE_REFUSED on ssl_ca_location, never NOT_A_CERTIFICATE."""
+    files = write_client_files(tmp_path / "tls")
+    files.ca_file.write_bytes(files.ca_file.read_bytes() + second)
+    path = _pipeline(tmp_path, files)
+    if _openssl_verdict(files.ca_file):
+        assert load_pipeline(path, env={}).kafka.security.ssl_ca_location == str(files.ca_file)
+        return
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path, env={})
+    assert (info.value.condition, info.value.field_path) == (Condition.TLS_FILE_REFUSED,
+                                                             "kafka.security.ssl_ca_location")
+
+
+def test_the_tls_probe_gets_the_ssl_settings_of_client_config(tmp_path: Path, monkeypatch):
+    """librdkafka loads the files with the pipeline's ssl.providers, ssl.engine.*... (a key that
+    needs ``ssl.providers: legacy,default`` loads with it); Java-only and non-TLS entries are not
+    offered, and the password is masked in what it says."""
+    from pipelines.config import tls_file_checks
+    from pipelines.runtime.client_creation import librdkafka_refusal
+
+    offered = []
+
+    def spy(settings):
+        offered.append(dict(settings))
+        return librdkafka_refusal(settings)
+
+    monkeypatch.setattr(tls_file_checks, "librdkafka_refusal", spy)
+    files = write_client_files(tmp_path / "tls", password=PASSWORD)
+    client_config = ("  client_config:\n    ssl.providers: default\n    ssl.cipher.suites: HIGH\n"
+                     "    ssl.truststore.type: PEM\n    request.timeout.ms: '30000'\n")
+    load_pipeline(_pipeline(tmp_path, files, PASSWORD, client_config), env={})
+    [settings] = offered
+    assert settings["ssl.providers"] == "default" and settings["ssl.cipher.suites"] == "HIGH"
+    assert "ssl.truststore.type" not in settings and "request.timeout.ms" not in settings
+    assert settings["ssl.key.location"] == str(files.key_file) and settings["ssl.key.password"] == PASSWORD
+
+
+def test_a_key_that_no_longer_reads_when_spark_options_are_built_is_one_named_line(tmp_path: Path):
+    from groupmgr.core import ExitCategory
+    from pipelines.config.client_keys import TlsFileChanged
+
+    files = write_client_files(tmp_path / "tls", password=PASSWORD)
+    kafka = load_pipeline(_pipeline(tmp_path, files, PASSWORD), env={}).kafka
+    files.key_file.write_bytes(key_pem(new_key(), "pkcs8", "another-" + PASSWORD))
+    with pytest.raises(TlsFileChanged) as info:
+        kafka.spark_kafka_options()
+    error = info.value
+    assert error.exit_category == ExitCategory.RUNTIME and error.condition == "TLS_FILE_CHANGED"
+    assert "kafka.security.ssl_key_password: [CLIENT_KEY_PASSWORD_WRONG]" in error.headline()
+    assert "\n" not in error.headline() and PASSWORD not in error.headline() and "PRIVATE KEY" not in str(error)
+    files.key_file.unlink()
+    with pytest.raises(TlsFileChanged) as info:
+        kafka.spark_kafka_options()
+    assert "kafka.security.ssl_key_location: [FILE_NOT_READABLE]" in info.value.headline()

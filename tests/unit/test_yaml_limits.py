@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import Condition, ConfigError
-from pipelines.config.yaml_limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_KEY_CHARS, MAX_NODES, MAX_SCALAR_CHARS
+from pipelines.config import load_pipeline
+from pipelines.config.yaml_limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_KEY_CHARS, MAX_NODES
 from pipelines.config.yaml_nodes import MAX_DETAIL_CHARS, ConfigError as NodeError, load_yaml, parse_yaml
 
 
@@ -60,10 +61,30 @@ def test_too_many_nodes_stops_at_the_node_past_the_bound():
     assert (limit, line) == ("nodes", MAX_NODES)  # the root list is the first node
 
 
-def test_a_long_value_and_a_long_key_are_refused_at_their_line():
-    assert _limit("a: 1\nb: " + "x" * (MAX_SCALAR_CHARS + 1)) == ("value length", 2)
+def test_a_long_key_is_refused_at_its_line():
     assert _limit("a: 1\n\n? " + "k" * (MAX_KEY_CHARS + 1) + "\n: 1") == ("key length", 3)
-    assert parse_yaml("b: " + "x" * MAX_SCALAR_CHARS) is not None
+    assert parse_yaml("k" * MAX_KEY_CHARS + ": 1") is not None
+
+
+def test_a_value_is_bounded_only_by_the_file():
+    value = "x" * (MAX_FILE_BYTES - 10)
+    assert len(parse_yaml("b: " + value).value["b"].value) == len(value)
+
+
+def test_a_200_kb_transform_and_a_2000_field_schema_are_accepted(tmp_path: Path):
+    """Generated SQL and wide DDL are as long as they need to be: Spark bounds neither."""
+    columns = [f"field_{i:04d}" for i in range(2_000)]
+    schema = ", ".join(f"{name} STRING" for name in columns)
+    select = ", ".join(f"upper({name}) AS {name}" for name in columns)
+    transform = f"SELECT {select} FROM `input` WHERE " + " OR ".join(
+        f"{columns[i % 2_000]} = 'value-{i:05d}'" for i in range(4_500))
+    assert 200_000 < len(transform) and len(schema) > 30_000
+    path = tmp_path / "wide.yaml"
+    path.write_text("name: wide\nkafka: {bootstrap_servers: 127.0.0.1:9092}\ntopics: [t]\ngroup: {id: g}\n"
+                    f"format:\n  schema: \"{schema}\"\ntransform: \"{transform}\"\nsink: {{path: out}}\n")
+    assert path.stat().st_size < MAX_FILE_BYTES
+    config = load_pipeline(path, env={})
+    assert config.transform == transform and len(config.format.schema) == 2_000
 
 
 def test_an_alias_bomb_is_refused():
