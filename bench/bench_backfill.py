@@ -16,7 +16,6 @@ every record). Repetitions alternate the order. Writes bench/results/backfill.js
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -36,6 +35,7 @@ from tests.support.kafka_data import create_topic  # noqa: E402
 from bench_e2e import produce_records, say  # noqa: E402
 from e2e_case import proc_status, tree_cpu_seconds, tree_pids  # noqa: E402
 from plain_spark import SCHEMA  # noqa: E402
+from result_files import write_results  # noqa: E402
 
 RESULTS = HERE / "results"
 PARTITIONS = 12
@@ -180,11 +180,7 @@ def main() -> None:
     finally:
         kafka.stop()
     results["load_average_end"] = os.getloadavg()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "backfill.json").write_text(json.dumps(results, indent=2))
-    (out / "backfill.md").write_text(markdown(results))
-    print(markdown(results))
+    write_results(Path(args.out), "backfill", results, markdown(results))
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from tests.support.kafka_data import create_topic  # noqa: E402
 from bench_e2e import say  # noqa: E402
 from e2e_case import tree_cpu_seconds  # noqa: E402
 from plain_spark import SCHEMA  # noqa: E402
+from result_files import write_results  # noqa: E402
 
 RESULTS = HERE / "results"
 PARTITIONS = 12
@@ -256,11 +257,7 @@ def main() -> None:
     finally:
         kafka.stop()
     results["load_average_end"] = os.getloadavg()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "freshness.json").write_text(json.dumps(results, indent=2))
-    (out / "freshness.md").write_text(markdown(results))
-    print(markdown(results))
+    write_results(Path(args.out), "freshness", results, markdown(results))
 
 
 if __name__ == "__main__":
