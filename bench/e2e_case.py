@@ -92,28 +92,9 @@ class DriverMemory:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def tree_pids(root: int) -> list[int]:
-    """``root`` and its descendants alive now."""
-    children: dict[int, list[int]] = defaultdict(list)
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                stat = Path(f"/proc/{entry.name}/stat").read_text()
-            except OSError:
-                continue
-            children[int(stat[stat.rindex(")") + 2:].split()[1])].append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo += children.get(pid, ())
-    return found
-
-
-def tree_cpu_seconds(root: int | None = None) -> float:
-    """User + system CPU seconds of process ``root`` (default: this one) and all its descendants,
-    including the children they have reaped (cutime, cstime of /proc/<pid>/stat)."""
-    root = os.getpid() if root is None else root
+def _process_table() -> tuple[dict[int, list[int]], dict[int, int]]:
+    """Every process alive now: its children by parent pid, and its CPU ticks (utime stime
+    cutime cstime of /proc/<pid>/stat: its own and its reaped children's)."""
     children: dict[int, list[int]] = defaultdict(list)
     ticks: dict[int, int] = {}
     for entry in os.scandir("/proc"):
@@ -126,13 +107,30 @@ def tree_cpu_seconds(root: int | None = None) -> float:
         fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "; fields[0] is the state
         pid = int(entry.name)
         children[int(fields[1])].append(pid)
-        ticks[pid] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-    total, todo = 0, [root]
+        ticks[pid] = sum(int(x) for x in fields[11:15])
+    return children, ticks
+
+
+def _descendants(root: int, children: dict[int, list[int]]) -> list[int]:
+    found, todo = [], [root]
     while todo:
         pid = todo.pop()
-        total += ticks.get(pid, 0)
+        found.append(pid)
         todo += children.get(pid, ())
-    return total / CLOCK_TICKS
+    return found
+
+
+def tree_pids(root: int) -> list[int]:
+    """``root`` and its descendants alive now."""
+    return _descendants(root, _process_table()[0])
+
+
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """User + system CPU seconds of process ``root`` (default: this one) and all its descendants,
+    including the children they have reaped (cutime, cstime of /proc/<pid>/stat)."""
+    children, ticks = _process_table()
+    pids = _descendants(os.getpid() if root is None else root, children)
+    return sum(ticks.get(pid, 0) for pid in pids) / CLOCK_TICKS
 
 
 # -- plain Spark -----------------------------------------------------------------------------------
