@@ -357,16 +357,16 @@ class BlockDecoder:
                              pc.if_else(too_large, pa.scalar(VALUE_TOO_LARGE), pa.scalar(None, pa.string())))
         if self.fmt.kind == "raw":
             good = pc.is_null(reasons)
-            output = _output_columns(rows.filter(good), self.fmt, (), None)
+            output = output_columns(rows.filter(good), self.fmt, (), None)
         else:
             candidates = pc.and_not(pc.invert(is_null), too_large)
             decoded = _Decoding(self, values)
             decoded.run(candidates)
             reasons = decoded.reasons_over(reasons)
             good_rows = rows if len(decoded.good_indices) == rows.num_rows else rows.take(decoded.good_indices)
-            output = _output_columns(good_rows, self.fmt, self.fields, decoded.good_fields)
+            output = output_columns(good_rows, self.fmt, self.fields, decoded.good_fields)
         dead = pc.is_valid(reasons)
-        return BlockSplit(output, _dead_letter_columns(rows.filter(dead), reasons.filter(dead), self.fmt))
+        return BlockSplit(output, dead_letter_columns(rows.filter(dead), reasons.filter(dead), self.fmt))
 
 
 class _Decoding:
@@ -534,8 +534,10 @@ def _coordinates(rows: pa.Table) -> list[pa.ChunkedArray]:
     return [rows.column(c) for c in ("topic", "partition", "offset", "timestamp")]
 
 
-def _output_columns(rows: pa.Table, fmt: RecordFormat, fields: Sequence[FieldSpec],
-                    parsed: pa.Table | None) -> pa.Table:
+def output_columns(rows: pa.Table, fmt: RecordFormat, fields: Sequence[FieldSpec],
+                   parsed: pa.Table | None) -> pa.Table:
+    """The output table's columns of ``rows`` (Kafka rows): the coordinates, the key, the headers
+    when ``fmt`` keeps them, then ``parsed``'s ``fields`` (the raw value when ``parsed`` is None)."""
     keys = rows.column("key").combine_chunks()
     arrays = _coordinates(rows) + [key_text(keys), keys]
     names = ["topic", "partition", "offset", "timestamp", "key", "key_bytes"]
@@ -551,7 +553,8 @@ def _output_columns(rows: pa.Table, fmt: RecordFormat, fields: Sequence[FieldSpe
     return pa.Table.from_arrays(arrays, names=names)
 
 
-def _dead_letter_columns(rows: pa.Table, reasons: pa.Array, fmt: RecordFormat) -> pa.Table:
+def dead_letter_columns(rows: pa.Table, reasons: pa.Array, fmt: RecordFormat) -> pa.Table:
+    """The dead-letter table's columns of ``rows`` (Kafka rows) with their ``reasons``."""
     arrays = _coordinates(rows) + [rows.column("key"), rows.column("value"), reasons]
     names = ["topic", "partition", "offset", "timestamp", "key", "value", "reason"]
     if fmt.headers:

@@ -38,11 +38,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType
+
+if TYPE_CHECKING:
+    from pipelines.runtime.avro_types import AvroFormat
 
 REASON = "_dead_letter_reason"
 CORRUPT = "_corrupt_record"
@@ -57,12 +60,13 @@ MAX_BRACKETS_TOLD_APART = 1000  # trailing data is told from too deep a nesting 
 @dataclass(frozen=True)
 class RecordFormat:
     """How a pipeline decodes record values: the kind, the JSON schema as Spark DDL, the size
-    limit."""
+    limit, and for Avro the reader schema and registry."""
 
-    kind: str                         # "json" | "raw"
-    schema_ddl: str | None            # Spark DDL for json, None for raw
+    kind: str                         # "json" | "raw" | "avro"
+    schema_ddl: str | None            # Spark DDL for json, None for raw and avro
     max_value_bytes: int              # longer values are dead letters (format.max_value_bytes)
     headers: bool = False             # rows carry HEADERS, kept in both tables (source.include_headers)
+    avro: AvroFormat | None = None    # the reader schema and registry of kind "avro"
 
 
 STRICT_JSON = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}  # RFC 8259's JSON
