@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping
 
 from pipelines.config.client_keys import TlsFileChanged, TlsMaterialProblem, java_client_key
 from pipelines.config.secrets import MASK, Secret, mask, reveal
+from pipelines.runtime.registry_client import RegistrySettings
 
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -380,12 +381,39 @@ class SchemaField:
 
 
 @dataclass(frozen=True)
+class SchemaRegistryConfig:
+    """A Confluent-compatible schema registry (Confluent, Apicurio's `ccompat` API, Karapace,
+    Redpanda): where it is and how to sign in. Secrets are :class:`Secret` s."""
+
+    url: str = field(metadata=key_doc(
+        "url", "http(s)://host[:port][/path]", "https://registry:8081",
+        "confluent-kafka `SchemaRegistryClient` `url`, on the driver and every executor",
+        "The registry's Confluent-compatible base URL (Apicurio: `.../apis/ccompat/v7`).", default="required"))
+    username: str | None = field(default=None, metadata=key_doc(
+        "username", STRING, "${REGISTRY_USER}", "`basic.auth.user.info` (user part)",
+        "HTTP basic auth user. Give it with `password`. `${ENV}` references are replaced."))
+    password: Secret | None = field(default=None, metadata=key_doc(
+        "password", SECRET, "${REGISTRY_PASSWORD}", "`basic.auth.user.info` (password part)",
+        "HTTP basic auth password. Needs `username`. Never inline; masked everywhere.",
+        aliases=("password_file",)))
+    bearer_token: Secret | None = field(default=None, metadata=key_doc(
+        "bearer_token", SECRET, "${REGISTRY_TOKEN}", "`Authorization: Bearer` (a static token)",
+        "Instead of basic auth. Never inline; masked everywhere.", aliases=("bearer_token_file",)))
+    ca_file: str | None = field(default=None, metadata=key_doc(
+        "ca_file", PEM_FILE, "/etc/registry/ca.pem", "`ssl.ca.location`",
+        "The CA that signed an `https://` registry's certificate (default: the system's)."))
+
+
+@dataclass(frozen=True)
 class FormatConfig:
-    """How record values are decoded: ``json`` with a schema, or ``raw`` bytes."""
+    """How record values are decoded: ``json`` with a schema, ``raw`` bytes, or ``avro`` in the
+    Confluent wire format with a schema registry."""
 
     type: str = field(default="json", metadata=key_doc(
-        "type", ENUM, "raw", "Spark `from_json` with `schema` (json); the value's bytes (raw)",
-        "`json` parses each value into the schema's columns. `raw` keeps it as column `value` (binary)."))
+        "type", ENUM, "avro", "Spark `from_json` with `schema` (json); the value's bytes (raw); Avro "
+        "read with its writer schema from the registry (avro)",
+        "`json` parses each value into the schema's columns. `raw` keeps it as column `value` (binary). "
+        "`avro` reads Confluent-framed values (magic byte, schema id) into the reader schema's columns."))
     schema: tuple[SchemaField, ...] = field(default=(), metadata=key_doc(
         "schema", "Spark DDL string, or a mapping field -> type", "\"order_id BIGINT, total DECIMAL(12,2)\"",
         "the output table's columns (the `from_json` schema)",
@@ -395,6 +423,43 @@ class FormatConfig:
     max_value_bytes: int = field(default=1024 * 1024, metadata=key_doc(
         "max_value_bytes", POSITIVE_INT, "65536", "behaviour",
         "A longer value goes to the dead-letter table with reason `value_too_large`."))
+    schema_registry: SchemaRegistryConfig | None = field(default=None, metadata=key_doc(
+        "schema_registry", SECTION, "{url: \"https://registry:8081\"}", "where `avro` writer schemas come from",
+        "Required for `avro`, refused for the others.", default="none"))
+    reader_schema: str = field(default="latest", metadata=key_doc(
+        "reader_schema", "`latest`, a version number, or an `.avsc` file", "schemas/order.avsc",
+        "the output table's columns (avro)",
+        "The schema every record is read into: the subject's latest version when the member starts, a "
+        "pinned version, or a local file. Records written with other versions are resolved into it.",
+        default="`latest`"))
+    subject: str | None = field(default=None, metadata=key_doc(
+        "subject", STRING, "orders-value", "the registry subject of `reader_schema`",
+        "Overrides `subject_naming`. Needed with several topics or a `topic_pattern` (topic naming).",
+        default="by `subject_naming`"))
+    subject_naming: str = field(default="topic", metadata=key_doc(
+        "subject_naming", ENUM, "topic_record", "Confluent's subject name strategies",
+        "`topic`: `<topic>-value`; `record`: `<record_name>`; `topic_record`: `<topic>-<record_name>`.",
+        default="`topic`"))
+    record_name: str | None = field(default=None, metadata=key_doc(
+        "record_name", STRING, "shop.Order", "the fully qualified record name of `record` naming",
+        "Required for `record` and `topic_record` naming."))
+
+    def registry_settings(self) -> RegistrySettings | None:
+        """The registry as the decoders take it (secrets revealed; never shown), or None."""
+        registry = self.schema_registry
+        if registry is None:
+            return None
+        return RegistrySettings(registry.url, registry.username,
+                                reveal(registry.password) if registry.password else None,
+                                reveal(registry.bearer_token) if registry.bearer_token else None,
+                                registry.ca_file)
+
+    def registry_subject(self, topic: str) -> str:
+        """The subject of the reader schema for ``topic``."""
+        if self.subject is not None:
+            return self.subject
+        return {"topic": f"{topic}-value", "record": f"{self.record_name}",
+                "topic_record": f"{topic}-{self.record_name}"}[self.subject_naming]
 
     @property
     def field_names(self) -> tuple[str, ...]:
@@ -575,7 +640,7 @@ class PipelineConfig(_PicklableMappings):
         "Where to start, batch size, data loss, which reader.", default="every key's default"))
     format: FormatConfig = field(metadata=key_doc(
         "format", SECTION, "{type: json, schema: \"id BIGINT\"}", "how record values are decoded",
-        "JSON with a schema, or raw bytes.", default="required"))
+        "JSON with a schema, raw bytes, or Avro with a schema registry.", default="required"))
     transform: str | None = field(metadata=key_doc(
         "transform", "Spark SQL", "SELECT * FROM input WHERE total > 0", "a Spark SQL query per batch",
         "Reads the parsed rows from the view `input`. Must keep `topic`, `partition`, `offset`. "

@@ -47,7 +47,8 @@ from pipelines.config.fields import (AssignorLookup, Ctx, Section, as_bool, as_d
                                      settings_map, suggest, unique, wrong_type)
 from pipelines.config.yaml_nodes import Condition as C
 from pipelines.config.yaml_nodes import Node, child_path
-from pipelines.config.schema import parse_schema
+from pipelines.config.format_section import (FORMAT_KEYS, FORMAT_TYPES, REGISTRY_KEYS, SUBJECT_NAMING,
+                                             avro_field_names, parse_format)
 from pipelines.config.tls_file_checks import check_tls_files, check_tls_loading
 from pipelines.runtime.client_creation import librdkafka_refusal
 
@@ -74,7 +75,6 @@ SOURCE_KEYS = ("starting_offsets", "max_offsets_per_trigger", "min_offsets_per_t
 READERS = ("spark-kafka", "scg-kafka")
 ZERO_DURATION = re.compile(r"0+\s*(ms|s|m|h|d)?")
 ON_DATA_LOSS = ("fail", "skip")
-FORMAT_KEYS = ("type", "schema", "max_value_bytes")
 SINK_KEYS = ("path", "partition_by", "dead_letter_path")
 TRIGGER_KEYS = ("processing_time", "available_now")
 METRICS_KEYS = ("enabled", "port", "host")
@@ -85,7 +85,6 @@ _ENDPOINT = re.compile(r"https?://[^/\s:]+(:\d{1,5})?/?")
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 STARTING_OFFSETS = ("earliest", "latest", "error")
-FORMAT_TYPES = ("json", "raw")
 # client_config keys that a first-class field (or the framework itself) sets.
 RESERVED_CLIENT_KEYS = {
     "bootstrap.servers": "kafka.bootstrap_servers", "metadata.broker.list": "kafka.bootstrap_servers",
@@ -121,7 +120,7 @@ def validate_pipeline(root: Node | None, file: str, source_file: Path, env: Mapp
     subscription = attempt(_subscription, top)
     group = attempt(_group, top)
     source = attempt(_source, top)
-    fmt = attempt(_format, top)
+    fmt = attempt(parse_format, top)
     transform = attempt(_transform, top)
     sink = attempt(_sink, top, _known_columns(top, fmt))
     trigger = attempt(_trigger, top)
@@ -531,28 +530,6 @@ def _check_limits(ctx: Ctx, sec: Section, limits: Mapping[str, int | None], dela
                  fields=("min_offsets_per_trigger", "max_offsets_per_trigger"))
 
 
-def _format(ctx: Ctx, top: Section) -> FormatConfig:
-    top.need("format", hint=" (json needs format.schema; use format: {type: raw} for raw bytes)")
-    sec = top.section("format", FORMAT_KEYS)
-    limit_node = sec.get("max_value_bytes")
-    with ctx.independent():
-        kind = ctx.attempt(as_enum, sec.get("type"), sec.sub("type"), FORMAT_TYPES) if sec.get("type") else "json"
-        limit = (ctx.attempt(as_positive_int, limit_node, sec.sub("max_value_bytes")) if limit_node is not None
-                 else FormatConfig.max_value_bytes)
-        schema = ctx.attempt(_schema, sec, kind) if kind is not None else None  # the type decides
-    return FormatConfig(type=kind, schema=schema, max_value_bytes=limit)
-
-
-def _schema(ctx: Ctx, sec: Section, kind: str) -> tuple[SchemaField, ...]:
-    if kind == "raw":
-        if sec.get("schema") is not None:
-            ctx.fail(sec.get("schema").line, sec.sub("schema"), C.CONFLICTING_FIELDS,
-                     "format type raw takes no schema", fields=("type", "schema"))
-        return ()
-    schema_node = sec.need("schema", hint=" (format type json needs a schema)")
-    return parse_schema(ctx, schema_node, sec.sub("schema"))
-
-
 def _transform(ctx: Ctx, top: Section) -> str | None:
     node = top.get("transform")
     if node is None:
@@ -569,6 +546,9 @@ def _known_columns(top: Section, fmt: FormatConfig | None) -> tuple[str, ...] | 
     checked against its output when the query starts, and by ``scg validate``), or format is bad."""
     if top.get("transform") is not None or fmt is None:
         return None
+    if fmt.type == "avro":
+        names = avro_field_names(fmt)
+        return None if names is None else names + KAFKA_COORDINATE_COLUMNS
     return fmt.field_names + KAFKA_COORDINATE_COLUMNS
 
 

@@ -27,6 +27,7 @@ REGENERATE = ".venv/bin/python -m pipelines.config.reference > docs/configuratio
 SECTION_KEYS: Mapping[str, tuple[str, ...]] = {
     "": validator.TOP_KEYS, "kafka": validator.KAFKA_KEYS, "kafka.security": validator.SECURITY_KEYS,
     "group": validator.GROUP_KEYS, "source": validator.SOURCE_KEYS, "format": validator.FORMAT_KEYS,
+    "format.schema_registry": validator.REGISTRY_KEYS,
     "sink": validator.SINK_KEYS, "trigger": validator.TRIGGER_KEYS, "storage": validator.STORAGE_KEYS,
     "metrics": validator.METRICS_KEYS,
 }
@@ -39,6 +40,7 @@ CHOICES: Mapping[str, tuple[str, ...]] = {
     "source.on_data_loss": validator.ON_DATA_LOSS,
     "source.reader": validator.READERS,
     "format.type": validator.FORMAT_TYPES,
+    "format.subject_naming": validator.SUBJECT_NAMING,
 }
 _UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1))
 
@@ -197,6 +199,8 @@ def _section_type(model: type, field: dataclasses.Field) -> type:
     import typing
 
     kind = typing.get_type_hints(model)[field.name]
+    optional = [arg for arg in typing.get_args(kind) if arg is not type(None)]
+    kind = optional[0] if len(optional) == 1 else kind  # an optional section: `Section | None`
     if not dataclasses.is_dataclass(kind):
         raise ValueError(f"{model.__name__}.{field.name} is documented as a section but holds {kind}")
     return kind

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from groupmgr.core import OffsetRange
-from pipelines.runtime.arrow_records import BlockDecoder, arrow_decodable
+from pipelines.runtime.arrow_records import AvroBlockDecoder, BlockDecoder, arrow_decodable
 from pipelines.runtime.assigned_offsets import task_groups
 from pipelines.runtime.batch_writer import (BatchRows, DeadLetterDecisions, PlannedWrite, SparkBatch,
                                            write_both_tables)
@@ -51,13 +51,18 @@ def write_ranges(tasks: RangesTasks, batches: Iterator[pa.RecordBatch]) -> Itera
     """One Spark task (an executor's Python worker): for each group number it is given (the
     ``id`` of ``spark.range``), read that group's ranges, write both tables' files, and yield
     their metadata named by table."""
-    decoder = BlockDecoder(tasks.fmt)
+    decoder = block_decoder(tasks.fmt)
     for batch in batches:
         for number in batch.column(0).to_pylist():
             yield from _write_group(tasks, decoder, tasks.groups[number])
 
 
-def _write_group(tasks: RangesTasks, decoder: BlockDecoder, ranges: tuple[OffsetRange, ...]) -> Iterator[pa.RecordBatch]:
+def block_decoder(fmt: RecordFormat) -> BlockDecoder | AvroBlockDecoder:
+    """The decoder of ``fmt``'s blocks (an Arrow-decodable format)."""
+    return AvroBlockDecoder(fmt) if fmt.kind == "avro" else BlockDecoder(fmt)
+
+
+def _write_group(tasks: RangesTasks, decoder: BlockDecoder | AvroBlockDecoder, ranges: tuple[OffsetRange, ...]) -> Iterator[pa.RecordBatch]:
     columns = {DEAD_LETTER: tasks.dead.writer.schema.names, OUTPUT: tasks.output.writer.schema.names}
 
     def rows_by_table() -> Iterator[tuple[str, pa.Table]]:

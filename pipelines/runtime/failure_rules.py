@@ -42,6 +42,7 @@ from deltalake.exceptions import CommitFailedError, DeltaProtocolError, SchemaMi
 from groupmgr.core import ScgError
 from groupmgr.kafka_faults import Backoff, Fault, FaultKind, FaultStreak, classify_kafka, classify_kafka_code
 from pipelines.runtime.kafka_range_reader import KafkaReadStalled, LogEndsUnavailable
+from pipelines.runtime.registry_client import RegistryUnavailableError
 from sinks.txn_table import FencedWriterError, SinkError, StorageUnavailable
 
 TRANSIENT, PERMANENT, UNKNOWN = FaultKind.TRANSIENT, FaultKind.PERMANENT, FaultKind.UNKNOWN
@@ -87,7 +88,8 @@ _CONFLUENT = re.compile(r"KafkaError\{code=(\w+),val=(-?\d+)")
 # workers (reading Kafka) or the scg-kafka planner's, then passed on by Spark inside the query's
 # failure. Errors raised in the driver's Python (the batch writer's, the sink's, the starts') reach
 # the runner as objects (``BatchWriter.failure``) and are judged by rules 1-4.
-_WORKER_TRANSIENT = {cls.__name__: cls.condition for cls in (KafkaReadStalled, LogEndsUnavailable)}
+_WORKER_TRANSIENT = {cls.__name__: cls.condition
+                     for cls in (KafkaReadStalled, LogEndsUnavailable, RegistryUnavailableError)}
 
 
 def classify_failure(exc: BaseException, text: str | None = None) -> Fault:

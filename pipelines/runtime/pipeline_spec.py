@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from pipelines.runtime.registry_client import RegistrySettings
+
 
 class SecuritySpec(Protocol):
     """How the clients authenticate (no secrets: those are only in the mapped client settings)."""
@@ -87,7 +89,11 @@ class FormatSpec(Protocol):
     def type(self) -> str: ...
     @property
     def max_value_bytes(self) -> int: ...
+    @property
+    def reader_schema(self) -> str: ...
     def schema_ddl(self) -> str | None: ...
+    def registry_settings(self) -> RegistrySettings | None: ...
+    def registry_subject(self, topic: str) -> str: ...
 
 
 class SinkSpec(Protocol):

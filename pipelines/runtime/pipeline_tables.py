@@ -15,16 +15,20 @@ Key column compatibility: output tables created before ``key_bytes`` existed (ke
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyarrow as pa
 
 from groupmgr.core import ExitCategory, ScgError
 
+from pipelines.runtime.avro_types import AvroFormat
 from pipelines.runtime.batch_writer import apply_transform
 from pipelines.runtime.pipeline_spec import PipelineSpec
 from pipelines.runtime.records import HEADERS, RecordFormat, classify, dead_letters, good_rows, kafka_row_ddl
+from pipelines.runtime.registry_client import RegistrySchemas
 from sinks.txn_table import STARTUP_STORAGE_OPTIONS, StorageUnavailable, TxnDeltaTable
 
 COORDINATE_COLUMNS = ("topic", "partition", "offset")
@@ -98,14 +102,31 @@ class OutputShape:
     dead_letter_schema: pa.Schema
 
 
+def record_format(config: PipelineSpec) -> RecordFormat:
+    """How ``config``'s records are decoded; an Avro reader schema from the registry is fetched
+    now (SubjectNotFoundError, RegistryUnavailableError)."""
+    fmt = config.format
+    avro = None
+    if fmt.type == "avro":
+        settings = fmt.registry_settings()
+        reader = fmt.reader_schema
+        if reader == "latest" or reader.isdigit():
+            topic = config.topics[0] if config.topics else ""
+            text = RegistrySchemas(settings).reader_schema_text(
+                fmt.registry_subject(topic), None if reader == "latest" else int(reader))
+        else:
+            text = Path(reader).read_text(encoding="utf-8")
+        avro = AvroFormat(json.dumps(json.loads(text), sort_keys=True), settings)
+    return RecordFormat(fmt.type, fmt.schema_ddl(), fmt.max_value_bytes, config.source.include_headers, avro)
+
+
 def analyse_output(config: PipelineSpec, spark) -> OutputShape:
     """Parse and transform an empty Kafka DataFrame as the query would; raises
     TransformInvalidError, TransformShapeError or PartitionColumnMissingError (all CONFIG)."""
     from pyspark.errors import PySparkException
     from pyspark.logger import PySparkLogger
 
-    fmt = RecordFormat(config.format.type, config.format.schema_ddl(), config.format.max_value_bytes,
-                       config.source.include_headers)
+    fmt = record_format(config)
     empty = spark.createDataFrame([], kafka_row_ddl(fmt.headers))
     classified = classify(empty, fmt)
     rows = good_rows(classified, fmt)

@@ -36,16 +36,17 @@ A null key or a key that is not UTF-8 is not an error: the row is written (``key
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType
 
-if TYPE_CHECKING:
-    from pipelines.runtime.avro_types import AvroFormat
+from pipelines.runtime.avro_records import AvroValues
+from pipelines.runtime.avro_types import AvroFormat
 
 REASON = "_dead_letter_reason"
 CORRUPT = "_corrupt_record"
@@ -99,9 +100,14 @@ class RecordColumns:
         base = [F.col(c) for c in ("topic", "partition", "offset", "timestamp")]
         base += [F.col("key").alias("_raw_key"), F.col("value").alias("_raw_value")]
         base += [F.col(HEADERS)] if fmt.headers else []
+        self.avro_rows: str | None = None  # the classified rows' Spark DDL, when mapInArrow classifies
         if fmt.kind == "raw":
             self.classify_steps = ((*base, F.col("value"), _reason(fmt, None, None).alias(REASON)),)
             fields = ["value"]
+        elif fmt.kind == "avro":
+            self.classify_steps = ()
+            self.avro_rows = avro_classified_ddl(fmt)
+            fields = fmt.avro.arrow_schema().names
         else:
             parse_schema = f"{fmt.schema_ddl}, {CORRUPT} STRING"
             parsed = F.from_json(F.col("value").cast("string"), parse_schema,
@@ -120,6 +126,8 @@ class RecordColumns:
                               F.when(self.is_dead, F.struct(*self.dead_letter_columns)).alias(DEAD_LETTER))
 
     def classify(self, kafka_rows: DataFrame) -> DataFrame:
+        if self.avro_rows is not None:
+            return kafka_rows.mapInArrow(functools.partial(classify_avro_batches, self.fmt), self.avro_rows)
         rows = kafka_rows
         for columns in self.classify_steps:
             rows = rows.select(*columns)
@@ -151,6 +159,51 @@ def classify(kafka_rows: DataFrame, fmt: RecordFormat) -> DataFrame:
     """Kafka source rows → coordinates, raw key/value, parsed fields (json) and a reason column
     that is null for good rows."""
     return record_columns(fmt).classify(kafka_rows)
+
+
+_CLASSIFIED_COORDINATES = ("topic", "partition", "offset", "timestamp", "_raw_key", "_raw_value")
+
+
+def avro_classified_ddl(fmt: RecordFormat) -> str:
+    """The Spark DDL of :func:`classify_avro_batches`' rows: the coordinates, the raw key and
+    value, the headers when kept, the record (``_parsed``) and the reason."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    parsed = from_arrow_type(pa.struct(list(fmt.avro.arrow_schema()))).simpleString()
+    headers = f", {HEADERS_DDL}" if fmt.headers else ""
+    return (f"topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, _raw_key BINARY, "
+            f"_raw_value BINARY{headers}, _parsed {parsed}, {REASON} STRING")
+
+
+def avro_decisions(values: pa.Array, fmt: RecordFormat, reader: AvroValues) -> tuple[pa.Array, pa.StructArray]:
+    """Each Avro value's dead-letter reason (null: a good record) and record (null: a dead
+    letter), by the module's rule then :mod:`pipelines.runtime.avro_records`'."""
+    reasons: list[str | None] = []
+    records: list[dict | None] = []
+    limit = fmt.max_value_bytes
+    for value in values.to_pylist():
+        record = None
+        if value is None:
+            reason = NULL_VALUE
+        elif len(value) > limit:
+            reason = VALUE_TOO_LARGE
+        else:
+            record, reason = reader.decode(value)
+        reasons.append(reason)
+        records.append(record)
+    return pa.array(reasons, pa.string()), pa.array(records, pa.struct(list(reader.schema)))
+
+
+def classify_avro_batches(fmt: RecordFormat, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` over Kafka source rows of an Avro format: the rows :func:`classify` gives
+    (:func:`avro_classified_ddl`), decoded on the executors."""
+    reader = AvroValues(fmt.avro)
+    for batch in batches:
+        reasons, records = avro_decisions(batch.column("value"), fmt, reader)
+        arrays = [batch.column(name) for name in ("topic", "partition", "offset", "timestamp", "key", "value")]
+        names = list(_CLASSIFIED_COORDINATES) + ([HEADERS] if fmt.headers else []) + ["_parsed", REASON]
+        arrays += [batch.column(HEADERS)] if fmt.headers else []
+        yield pa.RecordBatch.from_arrays(arrays + [records, reasons], names=names)
 
 
 Rule = tuple[str, Callable[[Any], Any]]  # (reason, condition over a record's facts)

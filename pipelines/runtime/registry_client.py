@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from groupmgr.core import ScgError
+from groupmgr.core import ExitCategory, ScgError
 
 MISSING = object()  # the registry has no schema of that id
 NOT_FOUND = 404
@@ -50,6 +50,7 @@ class RegistryUnavailableError(ScgError):
     transient fault; the batch waits and retries."""
 
     condition = "SCHEMA_REGISTRY_UNAVAILABLE"
+    retriable = True
 
     def __init__(self, url: str, detail: str):
         super().__init__(f"schema registry {url} did not answer: {detail}")
@@ -60,7 +61,7 @@ class SubjectNotFoundError(ScgError):
     """The registry has no such subject or version for the reader schema (a configuration fault)."""
 
     condition = "SCHEMA_SUBJECT_NOT_FOUND"
-    category = "config"
+    exit_category = ExitCategory.CONFIG
 
     def __init__(self, url: str, subject: str, version: int | None):
         which = "latest version" if version is None else f"version {version}"
