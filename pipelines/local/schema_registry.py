@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--link", type=Path, help="a symbolic link to point at the cache entry")
     parser.add_argument("--no-archive", action="store_true", help="do not record the class archive")
     args = parser.parse_args(argv)
-    installing = not is_installed(entry_dir())
+    installing = not (PIN_DIR / "pom.xml").is_file() or not is_installed(entry_dir())
     try:
         entry = install(_bootstrap_say)
     except RegistryInstallError as exc:
