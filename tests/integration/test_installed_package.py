@@ -29,6 +29,7 @@ from pipelines.runtime.jar_cache import pins_key
 PACKAGES = ("groupmgr", "pipelines", "sinks")
 PACKAGE_DATA = ("pipelines/resources/jvm/spark.pom.xml", "pipelines/resources/jvm/broker.pom.xml",
                 "pipelines/resources/jvm/s3proxy.pom.xml", "pipelines/resources/jvm/maven-settings.xml",
+                "pipelines/resources/jvm/schema-registry/pom.xml",
                 "pipelines/resources/kafka-log4j2.properties", "pipelines/resources/spark-log4j2.properties",
                 "pipelines/resources/pipelines/demo.yaml", "pipelines/resources/pipelines/example-secure.yaml",
                 "pipelines/resources/grafana/scg-dashboard.json",

@@ -1,0 +1,139 @@
+"""Avro in the Confluent wire format, end to end on real components: records produced with
+confluent-kafka's own ``AvroSerializer`` against a real schema registry (Apicurio's
+Confluent-compatible API), in two schema versions, next to values no reader can use; read by the
+Arrow path and by the Spark SQL path into real Delta tables that agree row for row; and a
+pipeline file run by ``bin/scg`` whose reader schema is the subject's latest version."""
+from __future__ import annotations
+
+import datetime
+import json
+import subprocess
+import urllib.request
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as KafkaTP
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from deltalake import DeltaTable
+
+from groupmgr.core import OffsetRange
+from pipelines.runtime.arrow_batches import ArrowKafkaBatch, arrow_batches
+from pipelines.runtime.avro_types import AvroFormat
+from pipelines.runtime.install_paths import PROJECT_ROOT
+from pipelines.runtime.records import RecordFormat
+from pipelines.runtime.registry_client import RegistrySettings
+from tests.integration.test_arrow_path import _rows, _tables, _write
+from tests.support.kafka_data import create_topic, write_pipeline
+
+pytestmark = pytest.mark.integration
+V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"}, {"name": "item", "type": "string"},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}]}
+V2 = {**V1, "fields": V1["fields"] + [
+    {"name": "address", "type": ["null", {"type": "record", "name": "Address", "fields": [
+        {"name": "city", "type": "string"}, {"name": "tags", "type": {"type": "array", "items": "string"}}]}],
+     "default": None}]}
+RETYPED = {**V1, "fields": [{"name": "id", "type": "string"}, {"name": "item", "type": "string"},
+                            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}]}
+AT = datetime.datetime(2026, 11, 27, 10, 0, tzinfo=datetime.timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    from pipelines.local.schema_registry import SchemaRegistry
+
+    server = SchemaRegistry(tmp_path_factory.mktemp("schema-registry")).start()
+    yield server
+    server.stop()
+
+
+def _serializer(registry, schema) -> AvroSerializer:
+    return AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(schema))
+
+
+def _allow_any_change(registry, subject: str) -> None:
+    request = urllib.request.Request(f"{registry.url}/config/{subject}", method="PUT",
+                                     data=json.dumps({"compatibility": "NONE"}).encode(),
+                                     headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 200
+
+
+def _produce(bootstrap, topic, values) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for n, value in enumerate(values):
+        producer.produce(topic, key=f"k{n}".encode(), value=value, partition=n % 2)
+    assert producer.flush(60) == 0
+
+
+def _avro_values(registry, topic):
+    """Good records of both versions and bad values, each with the reason it must get (None: good)."""
+    context = SerializationContext(topic, MessageField.VALUE)
+    v1, v2 = _serializer(registry, V1), _serializer(registry, V2)
+    first = v1({"id": 1, "item": "tea", "at": AT}, context)
+    records = [(first, None),
+               (v2({"id": 2, "item": "cup", "at": AT, "address": {"city": "Oslo", "tags": ["a", "b"]}}, context), None),
+               (v2({"id": 3, "item": "pot", "at": AT, "address": None}, context), None)]
+    _allow_any_change(registry, f"{topic}-value")
+    retyped = _serializer(registry, RETYPED)({"id": "x", "item": "mug", "at": AT}, context)
+    unknown_id = b"\x00\x7f\xff\xff\xf0" + first[5:]
+    return records + [(b'{"id": 4}', "not_schema_registry_framed"), (b"\x00\x00", "not_schema_registry_framed"),
+                      (unknown_id, "unknown_schema_id"), (first[:-3], "undecodable"), (first + b"\x00", "undecodable"),
+                      (retyped, "incompatible_schema"), (None, "null_value")]
+
+
+def test_both_paths_read_each_writer_version_into_the_reader_schema_and_name_every_bad_value(
+        spark, bootstrap, registry, unique_name, tmp_path):
+    topic = unique_name
+    create_topic(bootstrap, topic, 2)
+    cases = _avro_values(registry, topic) * 3
+    _produce(bootstrap, topic, [value for value, _ in cases])
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends"})
+    ends = {p: consumer.get_watermark_offsets(KafkaTP(topic, p), timeout=30)[1] for p in (0, 1)}
+    consumer.close()
+    ranges = tuple(OffsetRange(topic, p, 0, ends[p]) for p in (0, 1))
+    fmt = RecordFormat("avro", None, 1 << 20, avro=AvroFormat(json.dumps(V2), RegistrySettings(registry.url)))
+    batch_df = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                .option("assign", json.dumps({topic: [0, 1]}))
+                .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
+
+    arrow_out, arrow_dead = _tables(spark, tmp_path, "arrow", fmt)
+    prepared = _write(arrow_out, arrow_dead, fmt, ranges, batch_df,
+                      prepare=arrow_batches(spark, fmt, None, {"bootstrap.servers": bootstrap}, lambda: 2))
+    assert [type(b) for b in prepared] == [ArrowKafkaBatch]
+    sql_out, sql_dead = _tables(spark, tmp_path, "sql", fmt)
+    _write(sql_out, sql_dead, fmt, ranges, batch_df, transform="SELECT * FROM input")
+
+    for arrow_path, sql_path in ((arrow_out.path, sql_out.path), (arrow_dead.path, sql_dead.path)):
+        assert _rows(arrow_path) == _rows(sql_path)
+    _, output = _rows(arrow_out.path)
+    assert sorted((r["id"], r["item"], r["at"], r["address"]) for r in output) == sorted(
+        [(1, "tea", AT, None), (2, "cup", AT, {"city": "Oslo", "tags": ["a", "b"]}), (3, "pot", AT, None)] * 3)
+    _, dead = _rows(arrow_dead.path)
+    expected = sorted(((value or b"", reason) for value, reason in cases if reason is not None))
+    assert sorted((r["value"] or b"", r["reason"]) for r in dead) == expected
+
+
+def test_scg_run_reads_the_subjects_latest_version(bootstrap, registry, unique_name, tmp_path):
+    topic = unique_name
+    create_topic(bootstrap, topic, 2)
+    context = SerializationContext(topic, MessageField.VALUE)
+    v1, v2 = _serializer(registry, V1), _serializer(registry, V2)
+    values = [v1({"id": n, "item": "tea", "at": AT}, context) for n in range(20)]
+    values += [v2({"id": 100 + n, "item": "cup", "at": AT, "address": {"city": "Oslo", "tags": []}}, context)
+               for n in range(20)]
+    _produce(bootstrap, topic, values + [b"not avro"])
+    extra = f'format:\n  type: avro\n  schema_registry: {{url: "{registry.url}"}}\n'
+    path = write_pipeline(tmp_path / "p.yaml", bootstrap, topic, topic, tmp_path, extra=extra)
+    path.write_text(path.read_text().replace("processing_time: 500ms", "available_now: true"))
+    run = subprocess.run([str(PROJECT_ROOT / "bin" / "scg"), "run", str(path)], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rows = DeltaTable(str(tmp_path / "table")).to_pyarrow_table().to_pylist()
+    assert sorted(r["id"] for r in rows) == list(range(20)) + list(range(100, 120))
+    assert {r["address"]["city"] for r in rows if r["id"] >= 100} == {"Oslo"}
+    assert all(r["address"] is None for r in rows if r["id"] < 20)
+    dead = DeltaTable(str(tmp_path / "dead")).to_pyarrow_table().to_pylist()
+    assert [(r["value"], r["reason"]) for r in dead] == [(b"not avro", "not_schema_registry_framed")]
