@@ -1,0 +1,151 @@
+"""Decoding one executor's blocks of 200-byte records: Confluent-framed Avro against JSON, in one
+process with no Kafka and no Spark, so the numbers are the decoders' alone.
+
+Cases, each over the same records (an order of about 200 bytes as JSON, 8 fields):
+
+* ``json`` — :class:`~pipelines.runtime.arrow_records.BlockDecoder` (pyarrow.json over the block);
+* ``avro`` — :class:`~pipelines.runtime.arrow_records.AvroBlockDecoder`, writer schema = reader
+  schema (fastavro per record, then one ``pa.array`` of the records);
+* ``avro-resolved`` — the same, written with an older version (the reader adds a field), so
+  fastavro resolves every record;
+* ``fastavro-only`` — fastavro's ``schemaless_reader`` over the values and nothing else: the
+  floor of any fastavro-based decoder (what is left is building Arrow columns).
+
+Usage: ``.venv/bin/python bench/bench_avro_decode.py [--records 200000] [--reps 3]``. Writes
+bench/results/avro-decode.json and .md; reports records/s (best of ``--reps``), CPU-seconds per
+million records, and each Avro case's ratio to ``json`` measured in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import json
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.result_files import write_results  # noqa: E402
+from pipelines.runtime.arrow_records import AvroBlockDecoder, BlockDecoder  # noqa: E402
+from pipelines.runtime.avro_records import AvroValues  # noqa: E402
+from pipelines.runtime.avro_types import AvroFormat  # noqa: E402
+from pipelines.runtime.records import RecordFormat  # noqa: E402
+from pipelines.runtime.registry_client import RegistrySchemas, RegistrySettings  # noqa: E402
+
+BLOCK = 5000  # records per block, as kafka_range_reader hands them over
+FIELDS = [{"name": "order_id", "type": "long"}, {"name": "customer", "type": "string"},
+          {"name": "item", "type": "string"}, {"name": "quantity", "type": "int"},
+          {"name": "price", "type": "double"}, {"name": "paid", "type": "boolean"},
+          {"name": "note", "type": "string"}, {"name": "region", "type": "string"}]
+OLD = {"type": "record", "name": "Order", "fields": FIELDS[:-1]}
+NEW = {"type": "record", "name": "Order", "fields": FIELDS[:-1] + [{**FIELDS[-1], "default": "eu"}]}
+JSON_SCHEMA = ("order_id BIGINT, customer STRING, item STRING, quantity INT, price DOUBLE, paid BOOLEAN, "
+               "note STRING, region STRING")
+
+
+class _Registry:
+    """The registry's answers for the two schema ids (a dict: this measures decoding, not HTTP)."""
+
+    def get_schema(self, schema_id):
+        from confluent_kafka.schema_registry import Schema
+
+        return Schema(json.dumps({1: OLD, 2: NEW}[schema_id]), "AVRO")
+
+
+def _record(n: int) -> dict:
+    return {"order_id": 10_000_000 + n, "customer": f"customer-{n % 9973:05d}", "item": f"item-{n % 517:04d}",
+            "quantity": n % 7 + 1, "price": round(n % 10000 / 7, 2), "paid": n % 3 == 0,
+            "note": "deliver to the back door, ring twice " + "x" * (n % 40), "region": "eu-north"}
+
+
+def _framed(schema: dict, schema_id: int, record: dict) -> bytes:
+    out = io.BytesIO()
+    schemaless_writer(out, parse_schema(schema), {k: v for k, v in record.items()
+                                                  if k in {f["name"] for f in schema["fields"]}})
+    return b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue()
+
+
+def _blocks(values: list[bytes]) -> list[pa.Table]:
+    ts = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    blocks = []
+    for start in range(0, len(values), BLOCK):
+        part = values[start:start + BLOCK]
+        n = len(part)
+        blocks.append(pa.table({
+            "key": pa.array([None] * n, pa.binary()), "value": pa.array(part, pa.binary()),
+            "topic": pa.array(["orders"] * n), "partition": pa.array([0] * n, pa.int32()),
+            "offset": pa.array(range(start, start + n), pa.int64()),
+            "timestamp": pa.array([ts] * n, pa.timestamp("us", tz="UTC")),
+            "timestampType": pa.array([0] * n, pa.int32())}))
+    return blocks
+
+
+def _measure(decode, blocks, reps: int) -> dict:
+    best_wall, best_cpu, rows = float("inf"), float("inf"), 0
+    for _ in range(reps):
+        cpu0, wall0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        rows = sum(decode(block) for block in blocks)
+        wall, cpu1 = time.perf_counter() - wall0, resource.getrusage(resource.RUSAGE_SELF)
+        best_wall = min(best_wall, wall)
+        best_cpu = min(best_cpu, (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime))
+    return {"rows": rows, "seconds": best_wall, "records_per_s": rows / best_wall,
+            "cpu_s_per_million": best_cpu / rows * 1e6}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    args = parser.parse_args()
+
+    records = [_record(n) for n in range(args.records)]
+    json_values = [json.dumps(r, separators=(",", ":")).encode() for r in records]
+    avro_values = [_framed(NEW, 2, r) for r in records]
+    old_values = [_framed(OLD, 1, r) for r in records]
+    settings = RegistrySettings("http://registry.invalid")
+    avro_fmt = RecordFormat("avro", None, 1 << 20, avro=AvroFormat(json.dumps(NEW), settings))
+
+    def avro_decoder() -> AvroBlockDecoder:
+        return AvroBlockDecoder(avro_fmt, AvroValues(avro_fmt.avro, RegistrySchemas(settings, _Registry())))
+
+    json_decoder = BlockDecoder(RecordFormat("json", JSON_SCHEMA, 1 << 20))
+    new_reader, resolved_reader = avro_decoder(), avro_decoder()
+    parsed = parse_schema(NEW)
+
+    def fastavro_only(block: pa.Table) -> int:
+        for value in block.column("value").to_pylist():
+            schemaless_reader(io.BytesIO(value[5:]), parsed, None)
+        return block.num_rows
+
+    cases = {
+        "json": (lambda b: json_decoder.split(b).output.num_rows, _blocks(json_values)),
+        "avro": (lambda b: new_reader.split(b).output.num_rows, _blocks(avro_values)),
+        "avro-resolved": (lambda b: resolved_reader.split(b).output.num_rows, _blocks(old_values)),
+        "fastavro-only": (fastavro_only, _blocks(avro_values)),
+    }
+    results = {"records": args.records, "reps": args.reps, "block": BLOCK, "python": platform.python_version(),
+               "mean_json_bytes": sum(map(len, json_values)) / len(json_values),
+               "mean_avro_bytes": sum(map(len, avro_values)) / len(avro_values), "cases": {}}
+    for name, (decode, blocks) in cases.items():
+        results["cases"][name] = _measure(decode, blocks, args.reps)
+        print(f"{name}: {results['cases'][name]['records_per_s']:,.0f} records/s", file=sys.stderr)
+    base = results["cases"]["json"]["records_per_s"]
+    lines = [f"Decoding {args.records:,} records of {results['mean_json_bytes']:.0f} B as JSON "
+             f"({results['mean_avro_bytes']:.0f} B as Avro) in blocks of {BLOCK:,}, one process, best of {args.reps}.",
+             "", "| case | records/s | CPU s / M records | × json |", "|---|---:|---:|---:|"]
+    for name, row in results["cases"].items():
+        lines.append(f"| {name} | {row['records_per_s']:,.0f} | {row['cpu_s_per_million']:.2f} | "
+                     f"{row['records_per_s'] / base:.2f} |")
+    write_results(args.out, "avro-decode", results, "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
