@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     kafka.add_argument("--secure", action="store_true",
                        help="SASL_SSL (SCRAM-SHA-512) on port+i and mutual TLS on port+brokers+i, "
                             "ACLs enforced; prints the client settings for a pipeline file")
+    kafka.add_argument("--schema-registry", action="store_true",
+                       help="start: also a Confluent-compatible schema registry (Apicurio, Java 21+); "
+                            "its URL is printed before the bootstrap servers; stop ends it too")
     assign = sub.add_parser("assign", help="preview what an assignor would give a group")
     assign.add_argument("--assignor", required=True)
     assign.add_argument("--topic", action="append", required=True, metavar="NAME:PARTITIONS")
@@ -120,21 +123,38 @@ def cmd_kafka(args) -> int:
     from pipelines.local.local_kafka import LocalKafka
     from pipelines.runtime.install_paths import state_dir
 
-    cluster = LocalKafka(Path(args.dir) if args.dir else state_dir() / "kafka")
+    root = Path(args.dir) if args.dir else state_dir() / "kafka"
+    cluster = LocalKafka(root)
+    registry_dir = root / "schema-registry"
     if args.action == "start":
+        registry = _prepare_registry(registry_dir, _note) if args.schema_registry else None
         state = cluster.start(brokers=args.brokers, port=args.port, secure=args.secure,
-                              grant_client_all=args.secure,
-                              progress=lambda m: print(m, file=sys.stderr))
+                              grant_client_all=args.secure, progress=_note)
+        if registry is not None:
+            _start_registry(registry, cluster, _note)
         if state.security:
             _print_secure_settings(state.security)
+        if registry is not None:
+            print("schema registry ready; Confluent-compatible URL:", file=sys.stderr)
+            print(registry.url)
         print(f"Kafka {len(state.nodes)} broker(s) ready; bootstrap servers:", file=sys.stderr)
         print(state.bootstrap_servers)
     elif args.action == "stop":
         stopped = cluster.stop()
         print(f"stopped {stopped} Kafka process(es)" if stopped else "no local Kafka was running")
+        registry = _recorded_registry(registry_dir)
+        if registry is not None:
+            was_running = registry.running()
+            registry.stop()
+            if was_running:
+                print(f"stopped the schema registry ({registry.url})")
     else:
         state = cluster.status()
         alive = state.alive_nodes() if state else []
+        registry = _recorded_registry(registry_dir)
+        if registry is not None:
+            shown = "" if registry.running() else " not running"
+            print(f"schema registry: pid {registry.pid}{shown} {registry.url} log {registry.log_file}")
         if not alive:
             print("no local Kafka running")
             return int(ExitCategory.RUNTIME)
@@ -144,6 +164,40 @@ def cmd_kafka(args) -> int:
                   f"log {node.log_file}")
         print(state.bootstrap_servers)
     return EXIT_OK
+
+
+def _note(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _recorded_registry(workdir):
+    from pipelines.local.schema_registry import SchemaRegistry
+
+    return SchemaRegistry.attach(workdir)
+
+
+def _prepare_registry(workdir, progress):
+    """The registry to start, its Java 21+ and distribution found first: a machine that cannot run
+    one fails before Kafka starts."""
+    from pipelines.local.schema_registry import SchemaRegistry, distribution_dir, find_java
+
+    java, distribution = find_java(), distribution_dir(progress)
+    return SchemaRegistry(workdir, java=java, distribution=distribution, progress=progress)
+
+
+def _start_registry(registry, cluster, progress) -> None:
+    """Starts the registry detached (it outlives this command), once Kafka started (so no cluster
+    of this directory ran: a registry left from one is stopped); Kafka is stopped when it fails."""
+    left = _recorded_registry(registry.workdir)
+    if left is not None:
+        left.stop()
+    progress("starting the schema registry (Apicurio Registry)")
+    try:
+        registry.start().detach()
+    except BaseException:
+        registry.stop()
+        cluster.stop()
+        raise
 
 
 def _print_secure_settings(security) -> None:

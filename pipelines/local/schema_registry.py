@@ -13,7 +13,9 @@ also records a class-data-sharing archive of one start for the Java it finds (a 
 Confluent-compatible API at :attr:`SchemaRegistry.url` (``http://127.0.0.1:<port>/apis/ccompat/v7``),
 its health on a second free port (Quarkus' management interface), storage in memory (H2; gone when
 it stops), the log in ``<workdir>/schema-registry.log``. ``start`` returns once ``/health/ready``
-answers UP, within a bound; ``stop`` ends the process group (SIGTERM, then SIGKILL). Apicurio's
+answers UP, within a bound; ``stop`` ends the process group (SIGTERM, then SIGKILL). ``detach``
+records it in ``<workdir>/schema-registry.json`` so that it outlives this process (``scg kafka start
+--schema-registry``); :meth:`SchemaRegistry.attach` finds it from another one, whose ``stop`` ends it. Apicurio's
 own default global compatibility rule is none; this class sets ``BACKWARD``, Confluent's default,
 unless told otherwise (``compatibility=None`` keeps Apicurio's).
 
@@ -41,7 +43,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from groupmgr.core import ExitCategory, ScgError
-from pipelines.local.local_kafka import free_port
+from pipelines.local.local_kafka import _pid_alive, free_port
 from pipelines.local.resolve_jars import link
 from pipelines.runtime.install_paths import IN_CHECKOUT, PROJECT_ROOT, cache_dir, conf_dir, maven_settings
 
@@ -56,6 +58,7 @@ HEALTH_PATH = "/health/ready"
 DEFAULT_HEAP = "128m"
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
+STATE_FILE = "schema-registry.json"
 PORT_TRIES = 3
 INSTALL_LOG_LINES = 5
 # what Quarkus logs when another process took a port between free_port and its bind
@@ -260,6 +263,7 @@ class SchemaRegistry:
         self.management_port: int | None = None
         self.started_in_s: float | None = None
         self.proc: subprocess.Popen | None = None
+        self._attached_pid: int | None = None  # a detached registry's, found by attach
         self._record_archive_to: Path | None = None
         self._log_offset = 0
 
@@ -278,7 +282,33 @@ class SchemaRegistry:
 
     @property
     def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
+        return self.proc.pid if self.proc else self._attached_pid
+
+    @property
+    def state_file(self) -> Path:
+        return self.workdir / STATE_FILE
+
+    def detach(self) -> "SchemaRegistry":
+        """Records the running registry (pid, ports) in ``<workdir>/schema-registry.json``: it
+        outlives this process (it runs in a session of its own), :meth:`attach` finds it."""
+        recorded = {"pid": self.pid, "port": self.port, "management_port": self.management_port,
+                    "url": self.url, "log_file": str(self.log_file)}
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(recorded, indent=2))
+        tmp.replace(self.state_file)
+        return self
+
+    @classmethod
+    def attach(cls, workdir: Path) -> "SchemaRegistry | None":
+        """The registry :meth:`detach` recorded in ``workdir`` (running or not), or None."""
+        try:
+            recorded = json.loads((Path(workdir) / STATE_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        registry = cls(workdir)
+        registry.port, registry.management_port = recorded["port"], recorded["management_port"]
+        registry._attached_pid = recorded["pid"]
+        return registry
 
     def start(self) -> "SchemaRegistry":
         if self.running():
@@ -352,12 +382,19 @@ class SchemaRegistry:
             return False
 
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        if self.proc is not None:
+            return self.proc.poll() is None
+        return self._attached_pid is not None and _pid_alive(self._attached_pid)
 
     def stop(self) -> None:
         """Ends the registry and every process of its group (it started a session of its own):
-        SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``; returns once it is gone."""
+        SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``; returns once it is gone. An attached
+        registry (another process started it) is waited for by its pid, and its record removed."""
         proc, self.proc = self.proc, None
+        attached, self._attached_pid = self._attached_pid, None
+        if attached is not None:
+            _end_group(attached)
+            self.state_file.unlink(missing_ok=True)
         if proc is None:
             return
         _signal_group(proc.pid, signal.SIGTERM)
@@ -378,6 +415,18 @@ class SchemaRegistry:
 def _signal_group(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+def _end_group(pid: int) -> None:
+    """SIGTERM to the group of ``pid`` (not a child of this process), SIGKILL after
+    ``STOP_TIMEOUT_S``; returns once ``pid`` is gone or, killed, after a further bound."""
+    for sig, bound in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, 10.0)):
+        if not _pid_alive(pid):
+            return
+        _signal_group(pid, sig)
+        deadline = time.monotonic() + bound
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 def _tail(path: Path, lines: int = 25) -> str:

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
+import time
+import urllib.request
 
 import pytest
 
@@ -38,6 +41,44 @@ def test_kafka_start_status_stop(tmp_path):
         stopped = scg("kafka", "stop", "--dir", tmp_path)
     assert "stopped 1" in stopped.stdout
     assert scg("kafka", "status", "--dir", tmp_path).returncode == 1
+
+
+def test_kafka_start_with_schema_registry_then_stop_ends_both(tmp_path):
+    port = free_port()
+    started = scg("kafka", "start", "--port", port, "--dir", tmp_path, "--schema-registry")
+    try:
+        assert started.returncode == 0, started.stderr
+        lines = started.stdout.strip().splitlines()
+        assert lines[-1] == f"127.0.0.1:{port}"
+        url = lines[-2]
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/apis/ccompat/v7")
+        with urllib.request.urlopen(f"{url}/subjects", timeout=10) as answer:
+            assert answer.status == 200 and json.loads(answer.read()) == []
+        pid = json.loads((tmp_path / "schema-registry" / "schema-registry.json").read_text())["pid"]
+        status = scg("kafka", "status", "--dir", tmp_path)
+        assert status.returncode == 0 and url in status.stdout and f"127.0.0.1:{port}" in status.stdout
+    finally:
+        stopped = scg("kafka", "stop", "--dir", tmp_path)
+    assert stopped.returncode == 0 and "stopped 1" in stopped.stdout and "schema registry" in stopped.stdout
+    deadline = time.monotonic() + 30
+    while _process_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _process_alive(pid)
+    with pytest.raises(OSError):  # connection refused: nothing listens on its port any more
+        urllib.request.urlopen(f"{url}/subjects", timeout=5)
+    assert scg("kafka", "status", "--dir", tmp_path).returncode == 1
+
+
+def _process_alive(pid: int) -> bool:
+    """``pid`` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        os.kill(pid, 0)
+        stat = open(f"/proc/{pid}/stat").read()
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+    except PermissionError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_kafka_start_on_a_busy_port_exits_3(tmp_path):
