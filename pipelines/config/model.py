@@ -417,8 +417,9 @@ class FormatConfig:
     schema: tuple[SchemaField, ...] = field(default=(), metadata=key_doc(
         "schema", "Spark DDL string, or a mapping field -> type", "\"order_id BIGINT, total DECIMAL(12,2)\"",
         "the output table's columns (the `from_json` schema)",
-        "Required for `json`, refused for `raw`. Types: string, bigint, int, double, float, boolean, "
-        "timestamp, date, binary, decimal(p,s). A name of an output column already there is refused.",
+        "Required for `json`, refused for `raw` and `avro`. Types: string, bigint, int, double, float, boolean, "
+        "timestamp, date, binary, decimal(p,s), and nested `array<T>`, `map<string,T>`, "
+        "`struct<name: T, ...>`. A name of an output column already there is refused.",
         default="required for json"))
     max_value_bytes: int = field(default=1024 * 1024, metadata=key_doc(
         "max_value_bytes", POSITIVE_INT, "65536", "behaviour",
@@ -469,7 +470,8 @@ class FormatConfig:
         """The schema as a Spark DDL string (for ``from_json``), or None for raw."""
         if not self.schema:
             return None
-        return ", ".join(f"`{f.name.replace('`', '``')}` {f.type.upper()}" for f in self.schema)
+        return ", ".join(f"`{f.name.replace('`', '``')}` {f.type if '<' in f.type else f.type.upper()}"
+                         for f in self.schema)
 
 
 @dataclass(frozen=True)

@@ -37,14 +37,14 @@ def parse_schema(ctx: Ctx, node: Node, path: str) -> tuple[SchemaField, ...]:
 def _split_ddl(ctx: Ctx, node: Node, path: str) -> list[tuple[str, str]]:
     parts, depth, start, text = [], 0, 0, node.value
     for index, char in enumerate(text + ","):
-        depth += {"(": 1, ")": -1}.get(char, 0)
+        depth += {"(": 1, ")": -1, "<": 1, ">": -1}.get(char, 0)
         if char == "," and depth == 0:
             parts.append(text[start:index])
             start = index + 1
         if depth < 0:
             break
     if depth != 0:
-        ctx.fail(node.line, path, C.BAD_SCHEMA, "unbalanced parentheses in schema")
+        ctx.fail(node.line, path, C.BAD_SCHEMA, "unbalanced parentheses or angle brackets in schema")
     result = []
     for part in parts:
         match = _DDL_FIELD.fullmatch(part)
@@ -56,19 +56,73 @@ def _split_ddl(ctx: Ctx, node: Node, path: str) -> list[tuple[str, str]]:
     return result
 
 
+class _BadType(ValueError):
+    """A type text that is not one of the supported Spark types; the message says why."""
+
+
 def _spark_type(ctx: Ctx, line: int, path: str, text: str) -> str:
-    clean = text.strip().lower()
-    if clean in _SIMPLE_TYPES:
-        return _SIMPLE_TYPES[clean]
-    match = _DECIMAL.fullmatch(clean)
+    try:
+        parsed, rest = _parse_type(text.strip())
+        if rest.strip():
+            raise _BadType(f"unexpected {rest.strip()!r} after the type")
+    except _BadType as exc:
+        ctx.fail(line, path, C.BAD_SCHEMA, f"unsupported type {text.strip()!r}: {exc}; use one of "
+                 f"{', '.join(sorted(set(_SIMPLE_TYPES)))}, decimal(p,s), array<T>, map<string,T>, "
+                 "struct<name: T, ...>", type=text.strip())
+    return parsed
+
+
+_WORD = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*|`(?:[^`]|``)+`)\s*")
+
+
+def _parse_type(text: str) -> tuple[str, str]:
+    """One type at the start of ``text`` in Spark's normal form (lower case, nested types without
+    spaces, struct field names in backticks), and what follows it."""
+    match = _WORD.match(text)
     if match is None:
-        ctx.fail(line, path, C.BAD_SCHEMA, f"unsupported type {text.strip()!r}; use one of "
-                 f"{', '.join(sorted(set(_SIMPLE_TYPES)))}, decimal(p,s)", type=text.strip())
-    precision, scale = int(match.group(1) or 10), int(match.group(2) or 0)
-    if not 1 <= precision <= 38 or scale > precision:
-        ctx.fail(line, path, C.BAD_SCHEMA, f"bad decimal({precision},{scale}): need 1 <= p <= 38, s <= p",
-                 type=text.strip())
-    return f"decimal({precision},{scale})"
+        raise _BadType("a type name is expected")
+    word, rest = match.group(1).lower(), text[match.end():]
+    if word in _SIMPLE_TYPES:
+        return _SIMPLE_TYPES[word], rest
+    if word == "decimal":
+        decimal = _DECIMAL.match(text.strip())
+        precision, scale = int(decimal.group(1) or 10), int(decimal.group(2) or 0)
+        if not 1 <= precision <= 38 or scale > precision:
+            raise _BadType(f"bad decimal({precision},{scale}): need 1 <= p <= 38, s <= p")
+        return f"decimal({precision},{scale})", text.strip()[decimal.end():]
+    if word in ("array", "map", "struct"):
+        rest = _expect(rest, "<")
+        if word == "array":
+            item, rest = _parse_type(rest)
+            return f"array<{item}>", _expect(rest, ">")
+        if word == "map":
+            key, rest = _parse_type(rest)
+            if key != "string":
+                raise _BadType("a map's keys must be string (JSON object keys)")
+            value, rest = _parse_type(_expect(rest, ","))
+            return f"map<string,{value}>", _expect(rest, ">")
+        fields: list[str] = []
+        while True:
+            name = _WORD.match(rest)
+            if name is None:
+                raise _BadType("a struct field name is expected")
+            field_name = name.group(1)
+            field_name = field_name[1:-1].replace("``", "`") if field_name.startswith("`") else field_name
+            rest = rest[name.end():]
+            rest = rest.lstrip()[1:] if rest.lstrip().startswith(":") else rest
+            field_type, rest = _parse_type(rest)
+            fields.append(f"`{field_name.replace('`', '``')}`:{field_type}")
+            if rest.lstrip().startswith(">"):
+                return f"struct<{','.join(fields)}>", rest.lstrip()[1:]
+            rest = _expect(rest, ",")
+    raise _BadType(f"unknown type {word!r}")
+
+
+def _expect(text: str, token: str) -> str:
+    stripped = text.lstrip()
+    if not stripped.startswith(token):
+        raise _BadType(f"{token!r} expected")
+    return stripped[1:]
 
 
 def _unique_fields(ctx: Ctx, node: Node, path: str, fields: Sequence[SchemaField]) -> None:

@@ -254,8 +254,17 @@ def test_ddl_schema_with_backquoted_names(tmp_path: Path):
     assert config.format.schema_ddl() == "`order id` STRING, `ts` TIMESTAMP, `raw` BINARY, `day` DATE"
 
 
+def test_nested_types_are_read_into_spark_normal_form(tmp_path: Path):
+    config = load(tmp_path, format={"schema": "tags ARRAY<STRING>, attrs map<string, array<int>>, "
+                                              "address STRUCT<City: string, `zip code` INT, at: array<decimal(9, 2)>>"})
+    assert config.format.field_names == ("tags", "attrs", "address")
+    assert config.format.schema_ddl() == ("`tags` array<string>, `attrs` map<string,array<int>>, "
+                                          "`address` struct<`City`:string,`zip code`:int,`at`:array<decimal(9,2)>>")
+
+
 @pytest.mark.parametrize("schema", ["id BIGINT,", "id", "id BIGINT NOT NULL", "id decimal(10,2",
-                                    "id array<int>", "", {}])
+                                    "id array<int", "id array<foo>", "id map<int, string>", "id struct<>",
+                                    "id struct<a int,>", "id array<int> x", "", {}])
 def test_bad_schemas(tmp_path: Path, schema: Any):
     assert load_error(tmp_path, format={"schema": schema}).condition == Condition.BAD_SCHEMA
 
