@@ -4,7 +4,7 @@ process with no Kafka and no Spark, so the numbers are the decoders' alone.
 Cases, each over the same records (an order of about 200 bytes as JSON, 8 fields):
 
 * ``json`` — :class:`~pipelines.runtime.arrow_records.BlockDecoder` (pyarrow.json over the block);
-* ``avro`` — :class:`~pipelines.runtime.arrow_records.AvroBlockDecoder`, writer schema = reader
+* ``avro`` — :class:`~pipelines.runtime.arrow_records.FramedBlockDecoder`, writer schema = reader
   schema (fastavro per record, then one ``pa.array`` of the records);
 * ``avro-resolved`` — the same, written with an older version (the reader adds a field), so
   fastavro resolves every record;
@@ -33,7 +33,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.result_files import write_results  # noqa: E402
-from pipelines.runtime.arrow_records import AvroBlockDecoder, BlockDecoder  # noqa: E402
+from pipelines.runtime.arrow_records import FramedBlockDecoder, BlockDecoder  # noqa: E402
 from pipelines.runtime.avro_records import AvroValues  # noqa: E402
 from pipelines.runtime.avro_types import AvroFormat  # noqa: E402
 from pipelines.runtime.records import RecordFormat  # noqa: E402
@@ -111,10 +111,10 @@ def main() -> None:
     avro_values = [_framed(NEW, 2, r) for r in records]
     old_values = [_framed(OLD, 1, r) for r in records]
     settings = RegistrySettings("http://registry.invalid")
-    avro_fmt = RecordFormat("avro", None, 1 << 20, avro=AvroFormat(json.dumps(NEW), settings))
+    avro_fmt = RecordFormat("avro", None, 1 << 20, framed=AvroFormat(json.dumps(NEW), settings))
 
-    def avro_decoder() -> AvroBlockDecoder:
-        return AvroBlockDecoder(avro_fmt, AvroValues(avro_fmt.avro, RegistrySchemas(settings, _Registry())))
+    def avro_decoder() -> FramedBlockDecoder:
+        return FramedBlockDecoder(avro_fmt, AvroValues(avro_fmt.framed, RegistrySchemas(settings, _Registry())))
 
     json_decoder = BlockDecoder(RecordFormat("json", JSON_SCHEMA, 1 << 20))
     new_reader, resolved_reader = avro_decoder(), avro_decoder()

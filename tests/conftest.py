@@ -23,7 +23,7 @@ from pipelines.local.local_kafka import LocalKafka
 
 HERE = Path(__file__).resolve().parent
 # fixtures that start a JVM (here and in tests/integration/conftest.py), directly or through another
-JVM_FIXTURES = frozenset({"kafka_cluster", "bootstrap", "spark", "secure_kafka", "s3"})
+JVM_FIXTURES = frozenset({"kafka_cluster", "bootstrap", "spark", "secure_kafka", "s3", "schema_registry"})
 # (folder, marker of its tests, their per-test timeout in seconds). The timeouts replace the suite's
 # default (setup.cfg, ``[tool:pytest] timeout``) unless a test sets its own: in tests/integration a
 # Kafka broker and a Spark session start inside the first test that asks for them, and spark-submit

@@ -1,8 +1,9 @@
-"""The ``format`` section: how record values are decoded (json with a schema, raw, or Avro with a
-schema registry) → :class:`~pipelines.config.model.FormatConfig`.
+"""The ``format`` section: how record values are decoded (json with a schema, raw, or Avro or
+Protobuf with a schema registry) → :class:`~pipelines.config.model.FormatConfig`.
 
-An Avro reader schema given as a file is read and checked here (a record whose every field has
-a column type); one taken from the registry is fetched when the member starts.
+A reader schema given as a file is read and checked here (an Avro record, or a ``.proto`` protoc
+compiles holding the message, whose every field has a column type); one taken from the registry
+is fetched when the member starts.
 """
 from __future__ import annotations
 
@@ -16,13 +17,15 @@ from pipelines.config.model import FormatConfig, SchemaField, SchemaRegistryConf
 from pipelines.config.schema import parse_schema
 from pipelines.config.yaml_nodes import Condition as C
 from pipelines.runtime.avro_types import UnsupportedAvroType, record_schema
+from pipelines.runtime.protobuf_types import ProtobufFormat, UnsupportedProtobufType
 
 FORMAT_KEYS = ("type", "schema", "max_value_bytes", "schema_registry", "reader_schema", "subject",
-               "subject_naming", "record_name")
-FORMAT_TYPES = ("json", "raw", "avro")
+               "subject_naming", "record_name", "message")
+FORMAT_TYPES = ("json", "raw", "avro", "protobuf")
+FRAMED_TYPES = ("avro", "protobuf")
 REGISTRY_KEYS = ("url", "username", "password", "password_file", "bearer_token", "bearer_token_file", "ca_file")
 SUBJECT_NAMING = ("topic", "record", "topic_record")
-_AVRO_ONLY = ("schema_registry", "reader_schema", "subject", "subject_naming", "record_name")
+_FRAMED_ONLY = ("schema_registry", "reader_schema", "subject", "subject_naming", "record_name", "message")
 _REGISTRY_URL = re.compile(r"https?://[^/\s]+(/\S*)?")
 _VERSION = re.compile(r"[1-9][0-9]{0,8}")
 
@@ -37,14 +40,14 @@ def parse_format(ctx: Ctx, top: Section) -> FormatConfig:
         limit = (ctx.attempt(as_positive_int, limit_node, sec.sub("max_value_bytes")) if limit_node is not None
                  else FormatConfig.max_value_bytes)
         schema = ctx.attempt(_schema, sec, kind) if kind is not None else None  # the type decides
-        avro = ctx.attempt(_avro, top, sec) if kind == "avro" else ctx.attempt(_no_avro_keys, sec, kind)
-    return FormatConfig(type=kind, schema=schema, max_value_bytes=limit, **(avro or {}))
+        framed = ctx.attempt(_framed, top, sec, kind) if kind in FRAMED_TYPES else ctx.attempt(_no_framed_keys, sec, kind)
+    return FormatConfig(type=kind, schema=schema, max_value_bytes=limit, **(framed or {}))
 
 
 def _schema(ctx: Ctx, sec: Section, kind: str) -> tuple[SchemaField, ...]:
-    if kind in ("raw", "avro"):
+    if kind in ("raw", *FRAMED_TYPES):
         if sec.get("schema") is not None:
-            hint = "; Avro columns come from reader_schema" if kind == "avro" else ""
+            hint = "; its columns come from reader_schema" if kind in FRAMED_TYPES else ""
             ctx.fail(sec.get("schema").line, sec.sub("schema"), C.CONFLICTING_FIELDS,
                      f"format type {kind} takes no schema{hint}", fields=("type", "schema"))
         return ()
@@ -52,19 +55,23 @@ def _schema(ctx: Ctx, sec: Section, kind: str) -> tuple[SchemaField, ...]:
     return parse_schema(ctx, schema_node, sec.sub("schema"))
 
 
-def _no_avro_keys(ctx: Ctx, sec: Section, kind: str | None) -> dict:
-    for key in _AVRO_ONLY:
+def _no_framed_keys(ctx: Ctx, sec: Section, kind: str | None) -> dict:
+    for key in _FRAMED_ONLY:
         if sec.get(key) is not None:
             ctx.report(sec.get(key).line, sec.sub(key), C.CONFLICTING_FIELDS,
-                       f"format.{key} is for format type avro, not {kind}", fields=("type", key))
+                       f"format.{key} is for format types avro and protobuf, not {kind}", fields=("type", key))
     return {}
 
 
-def _avro(ctx: Ctx, top: Section, sec: Section) -> dict:
+def _framed(ctx: Ctx, top: Section, sec: Section, kind: str) -> dict:
     get = sec.get
+    if kind == "avro" and get("message") is not None:
+        ctx.report(get("message").line, sec.sub("message"), C.CONFLICTING_FIELDS,
+                   "format.message is for protobuf; an Avro reader schema is one record", fields=("type", "message"))
     with ctx.independent():
         registry = ctx.attempt(_registry, sec)
-        reader = ctx.attempt(_reader_schema, sec) if get("reader_schema") is not None else "latest"
+        message = ctx.attempt(as_str, get("message"), sec.sub("message")) if get("message") is not None else None
+        reader = ctx.attempt(_reader_schema, sec, kind, message) if get("reader_schema") is not None else "latest"
         naming = (ctx.attempt(as_enum, get("subject_naming"), sec.sub("subject_naming"), SUBJECT_NAMING)
                   if get("subject_naming") is not None else "topic")
         subject = ctx.attempt(as_env_str, get("subject"), sec.sub("subject")) if get("subject") is not None else None
@@ -80,11 +87,11 @@ def _avro(ctx: Ctx, top: Section, sec: Section) -> dict:
                  "with several topics or a topic_pattern, give format.subject: the subject whose "
                  "reader_schema every topic's records are read into", key="subject")
     return {"schema_registry": registry, "reader_schema": reader, "subject": subject,
-            "subject_naming": naming, "record_name": record_name}
+            "subject_naming": naming, "record_name": record_name, "message": message}
 
 
 def _registry(ctx: Ctx, sec: Section) -> SchemaRegistryConfig:
-    sec.need("schema_registry", hint=" (format type avro reads writer schemas from a registry: {url: ...})")
+    sec.need("schema_registry", hint=" (avro and protobuf read writer schemas from a registry: {url: ...})")
     reg = sec.section("schema_registry", REGISTRY_KEYS)
     get = reg.get
     with ctx.independent():
@@ -118,8 +125,8 @@ def _ca_file(ctx: Ctx, node, path: str) -> str:
     return location
 
 
-def _reader_schema(ctx: Ctx, sec: Section) -> str:
-    """``latest``, a version number (as text), or the absolute path of a checked ``.avsc`` file."""
+def _reader_schema(ctx: Ctx, sec: Section, kind: str, message: str | None) -> str:
+    """``latest``, a version number (as text), or the absolute path of a checked schema file."""
     node = sec.get("reader_schema")
     path = sec.sub("reader_schema")
     text = str(node.value).strip() if node.kind == "scalar" and node.value is not None else ""
@@ -127,21 +134,29 @@ def _reader_schema(ctx: Ctx, sec: Section) -> str:
         return text
     location = as_location(ctx, node, path)
     file = Path(location)
+    suffix = ".avsc" if kind == "avro" else ".proto"
     if not file.is_file():
         ctx.fail(node.line, path, C.FILE_NOT_FOUND,
-                 f"{location} is not a file (give latest, a version number, or an .avsc file)")
+                 f"{location} is not a file (give latest, a version number, or a {suffix} file)")
     try:
-        schema = json.loads(file.read_text(encoding="utf-8"))
-        record_schema(schema)
+        _file_columns(kind, file.read_text(encoding="utf-8"), message)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        why = exc.args[0] if isinstance(exc, UnsupportedAvroType) else f"not a JSON Avro schema: {exc}"
+        why = exc.args[0] if isinstance(exc, (UnsupportedAvroType, UnsupportedProtobufType)) \
+            else f"not a JSON Avro schema: {exc}"
         ctx.fail(node.line, path, C.BAD_SCHEMA, f"{location}: {why}")
     return location
 
 
-def avro_field_names(fmt: FormatConfig) -> tuple[str, ...] | None:
-    """The columns an Avro format's reader schema file gives, or None when the reader schema
-    comes from the registry (known when the member starts)."""
+def _file_columns(kind: str, text: str, message: str | None) -> tuple[str, ...]:
+    """The columns a reader schema's text gives (ValueError: it gives none)."""
+    if kind == "avro":
+        return tuple(record_schema(json.loads(text)).names)
+    return tuple(ProtobufFormat(text, message, None).arrow_schema().names)
+
+
+def framed_field_names(fmt: FormatConfig) -> tuple[str, ...] | None:
+    """The columns an Avro or Protobuf format's reader schema file gives, or None when the reader
+    schema comes from the registry (known when the member starts)."""
     if fmt.reader_schema == "latest" or _VERSION.fullmatch(fmt.reader_schema):
         return None
-    return tuple(record_schema(json.loads(Path(fmt.reader_schema).read_text(encoding="utf-8"))).names)
+    return _file_columns(fmt.type, Path(fmt.reader_schema).read_text(encoding="utf-8"), fmt.message)

@@ -406,18 +406,19 @@ class SchemaRegistryConfig:
 
 @dataclass(frozen=True)
 class FormatConfig:
-    """How record values are decoded: ``json`` with a schema, ``raw`` bytes, or ``avro`` in the
-    Confluent wire format with a schema registry."""
+    """How record values are decoded: ``json`` with a schema, ``raw`` bytes, or ``avro`` or
+    ``protobuf`` in the Confluent wire format with a schema registry."""
 
     type: str = field(default="json", metadata=key_doc(
-        "type", ENUM, "avro", "Spark `from_json` with `schema` (json); the value's bytes (raw); Avro "
-        "read with its writer schema from the registry (avro)",
+        "type", ENUM, "avro", "Spark `from_json` with `schema` (json); the value's bytes (raw); Avro or "
+        "Protobuf read with its writer schema from the registry (avro, protobuf)",
         "`json` parses each value into the schema's columns. `raw` keeps it as column `value` (binary). "
-        "`avro` reads Confluent-framed values (magic byte, schema id) into the reader schema's columns."))
+        "`avro` and `protobuf` read Confluent-framed values (magic byte, schema id) into the reader "
+        "schema's columns."))
     schema: tuple[SchemaField, ...] = field(default=(), metadata=key_doc(
         "schema", "Spark DDL string, or a mapping field -> type", "\"order_id BIGINT, total DECIMAL(12,2)\"",
         "the output table's columns (the `from_json` schema)",
-        "Required for `json`, refused for `raw` and `avro`. Types: string, bigint, int, double, float, boolean, "
+        "Required for `json`, refused for the others. Types: string, bigint, int, double, float, boolean, "
         "timestamp, date, binary, decimal(p,s), and nested `array<T>`, `map<string,T>`, "
         "`struct<name: T, ...>`. A name of an output column already there is refused.",
         default="required for json"))
@@ -425,11 +426,12 @@ class FormatConfig:
         "max_value_bytes", POSITIVE_INT, "65536", "behaviour",
         "A longer value goes to the dead-letter table with reason `value_too_large`."))
     schema_registry: SchemaRegistryConfig | None = field(default=None, metadata=key_doc(
-        "schema_registry", SECTION, "{url: \"https://registry:8081\"}", "where `avro` writer schemas come from",
-        "Required for `avro`, refused for the others.", default="none"))
+        "schema_registry", SECTION, "{url: \"https://registry:8081\"}",
+        "where `avro` and `protobuf` writer schemas come from",
+        "Required for `avro` and `protobuf`, refused for the others.", default="none"))
     reader_schema: str = field(default="latest", metadata=key_doc(
-        "reader_schema", "`latest`, a version number, or an `.avsc` file", "schemas/order.avsc",
-        "the output table's columns (avro)",
+        "reader_schema", "`latest`, a version number, or an `.avsc` / `.proto` file", "schemas/order.avsc",
+        "the output table's columns (avro, protobuf)",
         "The schema every record is read into: the subject's latest version when the member starts, a "
         "pinned version, or a local file. Records written with other versions are resolved into it.",
         default="`latest`"))
@@ -444,6 +446,9 @@ class FormatConfig:
     record_name: str | None = field(default=None, metadata=key_doc(
         "record_name", STRING, "shop.Order", "the fully qualified record name of `record` naming",
         "Required for `record` and `topic_record` naming."))
+    message: str | None = field(default=None, metadata=key_doc(
+        "message", STRING, "shop.Order", "the Protobuf message of `reader_schema` whose fields are the columns",
+        "Fully qualified, or relative to the file's package (protobuf only).", default="the file's first message"))
 
     def registry_settings(self) -> RegistrySettings | None:
         """The registry as the decoders take it (secrets revealed; never shown), or None."""
@@ -642,7 +647,7 @@ class PipelineConfig(_PicklableMappings):
         "Where to start, batch size, data loss, which reader.", default="every key's default"))
     format: FormatConfig = field(metadata=key_doc(
         "format", SECTION, "{type: json, schema: \"id BIGINT\"}", "how record values are decoded",
-        "JSON with a schema, raw bytes, or Avro with a schema registry.", default="required"))
+        "JSON with a schema, raw bytes, or Avro or Protobuf with a schema registry.", default="required"))
     transform: str | None = field(metadata=key_doc(
         "transform", "Spark SQL", "SELECT * FROM input WHERE total > 0", "a Spark SQL query per batch",
         "Reads the parsed rows from the view `input`. Must keep `topic`, `partition`, `offset`. "

@@ -48,7 +48,7 @@ from pipelines.config.fields import (AssignorLookup, Ctx, Section, as_bool, as_d
 from pipelines.config.yaml_nodes import Condition as C
 from pipelines.config.yaml_nodes import Node, child_path
 from pipelines.config.format_section import (FORMAT_KEYS, FORMAT_TYPES, REGISTRY_KEYS, SUBJECT_NAMING,
-                                             avro_field_names, parse_format)
+                                             framed_field_names, parse_format)
 from pipelines.config.tls_file_checks import check_tls_files, check_tls_loading
 from pipelines.runtime.client_creation import librdkafka_refusal
 
@@ -546,8 +546,8 @@ def _known_columns(top: Section, fmt: FormatConfig | None) -> tuple[str, ...] | 
     checked against its output when the query starts, and by ``scg validate``), or format is bad."""
     if top.get("transform") is not None or fmt is None:
         return None
-    if fmt.type == "avro":
-        names = avro_field_names(fmt)
+    if fmt.type in ("avro", "protobuf"):
+        names = framed_field_names(fmt)
         return None if names is None else names + KAFKA_COORDINATE_COLUMNS
     return fmt.field_names + KAFKA_COORDINATE_COLUMNS
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from groupmgr.core import OffsetRange
-from pipelines.runtime.arrow_records import AvroBlockDecoder, BlockDecoder, arrow_decodable
+from pipelines.runtime.arrow_records import FramedBlockDecoder, BlockDecoder, arrow_decodable
 from pipelines.runtime.assigned_offsets import task_groups
 from pipelines.runtime.batch_writer import (BatchRows, DeadLetterDecisions, PlannedWrite, SparkBatch,
                                            write_both_tables)
@@ -57,12 +57,12 @@ def write_ranges(tasks: RangesTasks, batches: Iterator[pa.RecordBatch]) -> Itera
             yield from _write_group(tasks, decoder, tasks.groups[number])
 
 
-def block_decoder(fmt: RecordFormat) -> BlockDecoder | AvroBlockDecoder:
+def block_decoder(fmt: RecordFormat) -> BlockDecoder | FramedBlockDecoder:
     """The decoder of ``fmt``'s blocks (an Arrow-decodable format)."""
-    return AvroBlockDecoder(fmt) if fmt.kind == "avro" else BlockDecoder(fmt)
+    return FramedBlockDecoder(fmt) if fmt.framed is not None else BlockDecoder(fmt)
 
 
-def _write_group(tasks: RangesTasks, decoder: BlockDecoder | AvroBlockDecoder, ranges: tuple[OffsetRange, ...]) -> Iterator[pa.RecordBatch]:
+def _write_group(tasks: RangesTasks, decoder: BlockDecoder | FramedBlockDecoder, ranges: tuple[OffsetRange, ...]) -> Iterator[pa.RecordBatch]:
     columns = {DEAD_LETTER: tasks.dead.writer.schema.names, OUTPUT: tasks.output.writer.schema.names}
 
     def rows_by_table() -> Iterator[tuple[str, pa.Table]]:

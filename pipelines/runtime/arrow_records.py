@@ -40,9 +40,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.runtime.avro_records import AvroValues
+from pipelines.runtime.protobuf_records import ProtobufValues
 from pipelines.runtime.records import (EMPTY_VALUE, HEADERS, INVALID_UTF8, MALFORMED_JSON,
                                        MAX_BRACKETS_TOLD_APART, NULL_VALUE, SCHEMA_MISMATCH, TRAILING_DATA,
-                                       VALUE_TOO_LARGE, RecordFormat, avro_decisions)
+                                       VALUE_TOO_LARGE, RecordFormat, framed_decisions, framed_values)
 
 UNDECODABLE = "undecodable"  # the decoder failed on the value itself (not a parse error)
 MAX_NESTING = 999  # deeper values are malformed: Spark SQL's check parses the value inside one more array,
@@ -96,9 +97,9 @@ def _split_top_level(text: str) -> list[str]:
 
 def arrow_decodable(fmt: RecordFormat) -> bool:
     """Whether records of ``fmt`` are decoded in Arrow: raw values and JSON whose fields are all
-    of :data:`BLOCK_TYPES` by :class:`BlockDecoder`, Avro by
-    :class:`~pipelines.runtime.avro_records.AvroBlockDecoder`."""
-    if fmt.kind in ("raw", "avro"):
+    of :data:`BLOCK_TYPES` by :class:`BlockDecoder`, Avro and Protobuf by
+    :class:`FramedBlockDecoder`."""
+    if fmt.kind in ("raw", "avro", "protobuf"):
         return True
     return fmt.kind == "json" and all(f.type_name in BLOCK_TYPES for f in schema_fields(fmt.schema_ddl))
 
@@ -342,7 +343,7 @@ class BlockDecoder:
     def __init__(self, fmt: RecordFormat, parse: Callable[[pa.Buffer, pa.Schema], pa.Table] | None = None):
         """``parse(buffer, schema)``: how a block of newline-separated JSON objects is parsed
         (default ``pyarrow.json``, single-threaded: Spark runs one task per core)."""
-        if not arrow_decodable(fmt) or fmt.kind == "avro":
+        if not arrow_decodable(fmt) or fmt.framed is not None:
             raise ValueError(f"records of this format are not decoded in Arrow: {fmt.schema_ddl}")
         self.fmt = fmt
         self.fields = () if fmt.kind == "raw" else schema_fields(fmt.schema_ddl)
@@ -371,23 +372,24 @@ class BlockDecoder:
         return BlockSplit(output, dead_letter_columns(rows.filter(dead), reasons.filter(dead), self.fmt))
 
 
-class AvroBlockDecoder:
-    """Splits Arrow blocks of Kafka rows of an Avro format into output rows and dead letters
-    (:class:`BlockDecoder`'s interface; the rule of :func:`~pipelines.runtime.records.avro_decisions`)."""
+class FramedBlockDecoder:
+    """Splits Arrow blocks of Kafka rows of a registry-framed format (Avro, Protobuf) into output
+    rows and dead letters (:class:`BlockDecoder`'s interface; the rule of
+    :func:`~pipelines.runtime.records.framed_decisions`)."""
 
-    def __init__(self, fmt: RecordFormat, values: AvroValues | None = None):
+    def __init__(self, fmt: RecordFormat, values: AvroValues | ProtobufValues | None = None):
         """``values``: the reader of ``fmt``'s values (default: one over this process's registry)."""
-        if fmt.avro is None:
-            raise ValueError("not an Avro record format")
+        if fmt.framed is None:
+            raise ValueError("not a registry-framed record format")
         self.fmt = fmt
-        self.values = values or AvroValues(fmt.avro)
+        self.values = values or framed_values(fmt)
         self.fields = tuple(FieldSpec(name, "") for name in self.values.schema.names)
 
     def split(self, block: pa.RecordBatch | pa.Table) -> BlockSplit:
         """The block's output rows and dead letters; each record is in exactly one of them.
         Raises RegistryUnavailableError when a writer schema cannot be fetched."""
         rows = block if isinstance(block, pa.Table) else pa.Table.from_batches([block])
-        reasons, records = avro_decisions(rows.column("value").combine_chunks(), self.fmt, self.values)
+        reasons, records = framed_decisions(rows.column("value").combine_chunks(), self.fmt, self.values)
         good, dead = pc.is_null(reasons), pc.is_valid(reasons)
         parsed = pa.Table.from_struct_array(records.filter(good))
         return BlockSplit(output_columns(rows.filter(good), self.fmt, self.fields, parsed),

@@ -27,6 +27,7 @@ from groupmgr.core import ExitCategory, ScgError
 from pipelines.runtime.avro_types import AvroFormat
 from pipelines.runtime.batch_writer import apply_transform
 from pipelines.runtime.pipeline_spec import PipelineSpec
+from pipelines.runtime.protobuf_types import ProtobufFormat
 from pipelines.runtime.records import HEADERS, RecordFormat, classify, dead_letters, good_rows, kafka_row_ddl
 from pipelines.runtime.registry_client import RegistrySchemas
 from sinks.txn_table import STARTUP_STORAGE_OPTIONS, StorageUnavailable, TxnDeltaTable
@@ -103,11 +104,11 @@ class OutputShape:
 
 
 def record_format(config: PipelineSpec) -> RecordFormat:
-    """How ``config``'s records are decoded; an Avro reader schema from the registry is fetched
-    now (SubjectNotFoundError, RegistryUnavailableError)."""
+    """How ``config``'s records are decoded; a reader schema from the registry (Avro, Protobuf)
+    is fetched now (SubjectNotFoundError, RegistryUnavailableError)."""
     fmt = config.format
-    avro = None
-    if fmt.type == "avro":
+    framed = None
+    if fmt.type in ("avro", "protobuf"):
         settings = fmt.registry_settings()
         reader = fmt.reader_schema
         if reader == "latest" or reader.isdigit():
@@ -116,8 +117,9 @@ def record_format(config: PipelineSpec) -> RecordFormat:
                 fmt.registry_subject(topic), None if reader == "latest" else int(reader))
         else:
             text = Path(reader).read_text(encoding="utf-8")
-        avro = AvroFormat(json.dumps(json.loads(text), sort_keys=True), settings)
-    return RecordFormat(fmt.type, fmt.schema_ddl(), fmt.max_value_bytes, config.source.include_headers, avro)
+        framed = (AvroFormat(json.dumps(json.loads(text), sort_keys=True), settings) if fmt.type == "avro"
+                  else ProtobufFormat(text, fmt.message, settings))
+    return RecordFormat(fmt.type, fmt.schema_ddl(), fmt.max_value_bytes, config.source.include_headers, framed)
 
 
 def analyse_output(config: PipelineSpec, spark) -> OutputShape:

@@ -47,6 +47,8 @@ from pyspark.sql.types import DataType
 
 from pipelines.runtime.avro_records import AvroValues
 from pipelines.runtime.avro_types import AvroFormat
+from pipelines.runtime.protobuf_records import ProtobufValues
+from pipelines.runtime.protobuf_types import ProtobufFormat
 
 REASON = "_dead_letter_reason"
 CORRUPT = "_corrupt_record"
@@ -61,13 +63,13 @@ MAX_BRACKETS_TOLD_APART = 1000  # trailing data is told from too deep a nesting 
 @dataclass(frozen=True)
 class RecordFormat:
     """How a pipeline decodes record values: the kind, the JSON schema as Spark DDL, the size
-    limit, and for Avro the reader schema and registry."""
+    limit, and for the registry-framed kinds (Avro, Protobuf) the reader schema and registry."""
 
-    kind: str                         # "json" | "raw" | "avro"
-    schema_ddl: str | None            # Spark DDL for json, None for raw and avro
+    kind: str                         # "json" | "raw" | "avro" | "protobuf"
+    schema_ddl: str | None            # Spark DDL for json, None for the others
     max_value_bytes: int              # longer values are dead letters (format.max_value_bytes)
     headers: bool = False             # rows carry HEADERS, kept in both tables (source.include_headers)
-    avro: AvroFormat | None = None    # the reader schema and registry of kind "avro"
+    framed: AvroFormat | ProtobufFormat | None = None  # reader schema and registry: "avro", "protobuf"
 
 
 STRICT_JSON = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}  # RFC 8259's JSON
@@ -100,14 +102,14 @@ class RecordColumns:
         base = [F.col(c) for c in ("topic", "partition", "offset", "timestamp")]
         base += [F.col("key").alias("_raw_key"), F.col("value").alias("_raw_value")]
         base += [F.col(HEADERS)] if fmt.headers else []
-        self.avro_rows: str | None = None  # the classified rows' Spark DDL, when mapInArrow classifies
+        self.framed_rows: str | None = None  # the classified rows' Spark DDL, when mapInArrow classifies
         if fmt.kind == "raw":
             self.classify_steps = ((*base, F.col("value"), _reason(fmt, None, None).alias(REASON)),)
             fields = ["value"]
-        elif fmt.kind == "avro":
+        elif fmt.framed is not None:
             self.classify_steps = ()
-            self.avro_rows = avro_classified_ddl(fmt)
-            fields = fmt.avro.arrow_schema().names
+            self.framed_rows = framed_classified_ddl(fmt)
+            fields = fmt.framed.arrow_schema().names
         else:
             parse_schema = f"{fmt.schema_ddl}, {CORRUPT} STRING"
             parsed = F.from_json(F.col("value").cast("string"), parse_schema,
@@ -126,8 +128,8 @@ class RecordColumns:
                               F.when(self.is_dead, F.struct(*self.dead_letter_columns)).alias(DEAD_LETTER))
 
     def classify(self, kafka_rows: DataFrame) -> DataFrame:
-        if self.avro_rows is not None:
-            return kafka_rows.mapInArrow(functools.partial(classify_avro_batches, self.fmt), self.avro_rows)
+        if self.framed_rows is not None:
+            return kafka_rows.mapInArrow(functools.partial(classify_framed_batches, self.fmt), self.framed_rows)
         rows = kafka_rows
         for columns in self.classify_steps:
             rows = rows.select(*columns)
@@ -164,20 +166,27 @@ def classify(kafka_rows: DataFrame, fmt: RecordFormat) -> DataFrame:
 _CLASSIFIED_COORDINATES = ("topic", "partition", "offset", "timestamp", "_raw_key", "_raw_value")
 
 
-def avro_classified_ddl(fmt: RecordFormat) -> str:
-    """The Spark DDL of :func:`classify_avro_batches`' rows: the coordinates, the raw key and
+def framed_classified_ddl(fmt: RecordFormat) -> str:
+    """The Spark DDL of :func:`classify_framed_batches`' rows: the coordinates, the raw key and
     value, the headers when kept, the record (``_parsed``) and the reason."""
     from pyspark.sql.pandas.types import from_arrow_type
 
-    parsed = from_arrow_type(pa.struct(list(fmt.avro.arrow_schema()))).simpleString()
+    parsed = from_arrow_type(pa.struct(list(fmt.framed.arrow_schema()))).simpleString()
     headers = f", {HEADERS_DDL}" if fmt.headers else ""
     return (f"topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, _raw_key BINARY, "
             f"_raw_value BINARY{headers}, _parsed {parsed}, {REASON} STRING")
 
 
-def avro_decisions(values: pa.Array, fmt: RecordFormat, reader: AvroValues) -> tuple[pa.Array, pa.StructArray]:
-    """Each Avro value's dead-letter reason (null: a good record) and record (null: a dead
-    letter), by the module's rule then :mod:`pipelines.runtime.avro_records`'."""
+def framed_values(fmt: RecordFormat) -> AvroValues | ProtobufValues:
+    """The reader of a registry-framed format's values (in this process's registry)."""
+    return AvroValues(fmt.framed) if fmt.kind == "avro" else ProtobufValues(fmt.framed)
+
+
+def framed_decisions(values: pa.Array, fmt: RecordFormat,
+                     reader: AvroValues | ProtobufValues) -> tuple[pa.Array, pa.StructArray]:
+    """Each registry-framed value's dead-letter reason (null: a good record) and record (null: a
+    dead letter), by the module's rule then :mod:`pipelines.runtime.avro_records`' or
+    :mod:`pipelines.runtime.protobuf_records`'."""
     reasons: list[str | None] = []
     records: list[dict | None] = []
     limit = fmt.max_value_bytes
@@ -194,12 +203,12 @@ def avro_decisions(values: pa.Array, fmt: RecordFormat, reader: AvroValues) -> t
     return pa.array(reasons, pa.string()), pa.array(records, pa.struct(list(reader.schema)))
 
 
-def classify_avro_batches(fmt: RecordFormat, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` over Kafka source rows of an Avro format: the rows :func:`classify` gives
-    (:func:`avro_classified_ddl`), decoded on the executors."""
-    reader = AvroValues(fmt.avro)
+def classify_framed_batches(fmt: RecordFormat, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` over Kafka source rows of a registry-framed format: the rows
+    :func:`classify` gives (:func:`framed_classified_ddl`), decoded on the executors."""
+    reader = framed_values(fmt)
     for batch in batches:
-        reasons, records = avro_decisions(batch.column("value"), fmt, reader)
+        reasons, records = framed_decisions(batch.column("value"), fmt, reader)
         arrays = [batch.column(name) for name in ("topic", "partition", "offset", "timestamp", "key", "value")]
         names = list(_CLASSIFIED_COORDINATES) + ([HEADERS] if fmt.headers else []) + ["_parsed", REASON]
         arrays += [batch.column(HEADERS)] if fmt.headers else []

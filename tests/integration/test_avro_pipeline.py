@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTP
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import SchemaRegistryClient, topic_subject_name_strategy
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from deltalake import DeltaTable
@@ -38,19 +38,19 @@ V2 = {**V1, "fields": V1["fields"] + [
 RETYPED = {**V1, "fields": [{"name": "id", "type": "string"}, {"name": "item", "type": "string"},
                             {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}]}
 AT = datetime.datetime(2026, 11, 27, 10, 0, tzinfo=datetime.timezone.utc)
+CLIENT_TIMEOUT_S = 30  # a registry request that takes longer fails the test instead of hanging it
 
 
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory):
-    from pipelines.local.schema_registry import SchemaRegistry
-
-    server = SchemaRegistry(tmp_path_factory.mktemp("schema-registry")).start()
-    yield server
-    server.stop()
+@pytest.fixture
+def registry(schema_registry):
+    return schema_registry
 
 
 def _serializer(registry, schema) -> AvroSerializer:
-    return AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(schema))
+    """confluent-kafka's serializer with Confluent's classic subject naming (``<topic>-value``):
+    its default asks the registry for topic associations first, an API Apicurio does not have."""
+    return AvroSerializer(SchemaRegistryClient({"url": registry.url, "timeout": CLIENT_TIMEOUT_S}), json.dumps(schema),
+                          conf={"subject.name.strategy": topic_subject_name_strategy})
 
 
 def _allow_any_change(registry, subject: str) -> None:
@@ -84,34 +84,39 @@ def _avro_values(registry, topic):
                       (retyped, "incompatible_schema"), (None, "null_value")]
 
 
-def test_both_paths_read_each_writer_version_into_the_reader_schema_and_name_every_bad_value(
-        spark, bootstrap, registry, unique_name, tmp_path):
-    topic = unique_name
+def both_paths(spark, bootstrap, topic, fmt, values, tmp_path) -> tuple[str, str]:
+    """``values`` produced to ``topic`` (2 partitions) and written by the Arrow path and by the
+    Spark SQL path; asserts both output tables and both dead-letter tables are equal row for row
+    and returns the Arrow path's (output, dead-letter) table paths."""
     create_topic(bootstrap, topic, 2)
-    cases = _avro_values(registry, topic) * 3
-    _produce(bootstrap, topic, [value for value, _ in cases])
+    _produce(bootstrap, topic, values)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends"})
     ends = {p: consumer.get_watermark_offsets(KafkaTP(topic, p), timeout=30)[1] for p in (0, 1)}
     consumer.close()
     ranges = tuple(OffsetRange(topic, p, 0, ends[p]) for p in (0, 1))
-    fmt = RecordFormat("avro", None, 1 << 20, avro=AvroFormat(json.dumps(V2), RegistrySettings(registry.url)))
     batch_df = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
                 .option("assign", json.dumps({topic: [0, 1]}))
                 .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
-
     arrow_out, arrow_dead = _tables(spark, tmp_path, "arrow", fmt)
     prepared = _write(arrow_out, arrow_dead, fmt, ranges, batch_df,
                       prepare=arrow_batches(spark, fmt, None, {"bootstrap.servers": bootstrap}, lambda: 2))
     assert [type(b) for b in prepared] == [ArrowKafkaBatch]
     sql_out, sql_dead = _tables(spark, tmp_path, "sql", fmt)
     _write(sql_out, sql_dead, fmt, ranges, batch_df, transform="SELECT * FROM input")
-
     for arrow_path, sql_path in ((arrow_out.path, sql_out.path), (arrow_dead.path, sql_dead.path)):
         assert _rows(arrow_path) == _rows(sql_path)
-    _, output = _rows(arrow_out.path)
+    return arrow_out.path, arrow_dead.path
+
+
+def test_both_paths_read_each_writer_version_into_the_reader_schema_and_name_every_bad_value(
+        spark, bootstrap, registry, unique_name, tmp_path):
+    cases = _avro_values(registry, unique_name) * 3
+    fmt = RecordFormat("avro", None, 1 << 20, framed=AvroFormat(json.dumps(V2), RegistrySettings(registry.url)))
+    output_path, dead_path = both_paths(spark, bootstrap, unique_name, fmt, [value for value, _ in cases], tmp_path)
+    _, output = _rows(output_path)
     assert sorted((r["id"], r["item"], r["at"], r["address"]) for r in output) == sorted(
         [(1, "tea", AT, None), (2, "cup", AT, {"city": "Oslo", "tags": ["a", "b"]}), (3, "pot", AT, None)] * 3)
-    _, dead = _rows(arrow_dead.path)
+    _, dead = _rows(dead_path)
     expected = sorted(((value or b"", reason) for value, reason in cases if reason is not None))
     assert sorted((r["value"] or b"", r["reason"]) for r in dead) == expected
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from fastavro import parse_schema, schemaless_writer
 
-from pipelines.runtime.arrow_records import AvroBlockDecoder
+from pipelines.runtime.arrow_records import FramedBlockDecoder
 from pipelines.runtime.avro_records import INCOMPATIBLE_SCHEMA, NOT_FRAMED, UNDECODABLE, UNKNOWN_SCHEMA_ID, AvroValues
 from pipelines.runtime.avro_types import AvroFormat, UnsupportedAvroType, record_schema
 from pipelines.runtime.kafka_range_reader import KAFKA_ROW_ARROW
@@ -51,8 +51,8 @@ def framed(schema, record, schema_id):
 
 def decoder(reader, registry, limit=1 << 20):
     settings = RegistrySettings("http://registry.invalid")
-    fmt = RecordFormat("avro", None, limit, avro=AvroFormat(json.dumps(reader), settings))
-    return AvroBlockDecoder(fmt, AvroValues(fmt.avro, RegistrySchemas(settings, registry)))
+    fmt = RecordFormat("avro", None, limit, framed=AvroFormat(json.dumps(reader), settings))
+    return FramedBlockDecoder(fmt, AvroValues(fmt.framed, RegistrySchemas(settings, registry)))
 
 
 def block(values):
