@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -197,11 +198,15 @@ _SCALARS = {"int32": pa.int32(), "sint32": pa.int32(), "sfixed32": pa.int32(), "
 
 
 def _type_name(field: Any) -> str:
+    return _field_type_names()[field.type]
+
+
+@functools.lru_cache(maxsize=1)
+def _field_type_names() -> dict[int, str]:
     from google.protobuf.descriptor import FieldDescriptor
 
-    names = {value: name.removeprefix("TYPE_").lower() for name, value in vars(FieldDescriptor).items()
-             if name.startswith("TYPE_") and isinstance(value, int)}
-    return names[field.type]
+    return {value: name.removeprefix("TYPE_").lower() for name, value in vars(FieldDescriptor).items()
+            if name.startswith("TYPE_") and isinstance(value, int)}
 
 
 def message_type(message: Any, path: str = "", seen: tuple[str, ...] = ()) -> pa.StructType:
@@ -237,26 +242,44 @@ def _is_map(field: Any) -> bool:
 def to_record(message: Any) -> dict:
     """A parsed message as a dict of its fields' values, as :func:`message_type`'s struct holds
     them."""
-    return {field.name: _value(message, field) for field in message.DESCRIPTOR.fields}
+    return record_reader(message.DESCRIPTOR)(message)
 
 
-def _value(message: Any, field: Any) -> Any:
+@functools.lru_cache(maxsize=256)
+def record_reader(descriptor: Any) -> Callable[[Any], dict]:
+    """What turns a parsed message of ``descriptor`` into a dict, decided once per message type."""
+    plan = [(field.name, _field_reader(field)) for field in descriptor.fields]
+
+    def read(message: Any) -> dict:
+        return {name: value(message) for name, value in plan}
+
+    return read
+
+
+def _field_reader(field: Any) -> Callable[[Any], Any]:
+    name = field.name
     if _is_map(field):
         convert = _converter(field.message_type.fields_by_name["value"])
-        return [(key, convert(value)) for key, value in getattr(message, field.name).items()]
+        if convert is _same:
+            return lambda message: list(getattr(message, name).items())
+        return lambda message: [(key, convert(value)) for key, value in getattr(message, name).items()]
+    convert = _converter(field)
     if field.is_repeated:
-        convert = _converter(field)
-        return [convert(v) for v in getattr(message, field.name)]
-    if field.has_presence and not message.HasField(field.name):
-        return None
-    return _converter(field)(getattr(message, field.name))
+        if convert is _same:
+            return lambda message: list(getattr(message, name))
+        return lambda message: [convert(v) for v in getattr(message, name)]
+    if field.has_presence:
+        return lambda message: convert(getattr(message, name)) if message.HasField(name) else None
+    if convert is _same:
+        return lambda message: getattr(message, name)
+    return lambda message: convert(getattr(message, name))
 
 
 def _converter(field: Any) -> Callable[[Any], Any]:
     if field.message_type is not None:
         if field.message_type.full_name == TIMESTAMP:
             return _timestamp
-        return to_record
+        return record_reader(field.message_type)
     if field.enum_type is not None:
         enum = field.enum_type
         return lambda number: enum.values_by_number[number].name if number in enum.values_by_number else str(number)

@@ -1,5 +1,5 @@
-"""Decoding one executor's blocks of 200-byte records: Confluent-framed Avro against JSON, in one
-process with no Kafka and no Spark, so the numbers are the decoders' alone.
+"""Decoding one executor's blocks of 200-byte records: Confluent-framed Avro and Protobuf against
+JSON, in one process with no Kafka and no Spark, so the numbers are the decoders' alone.
 
 Cases, each over the same records (an order of about 200 bytes as JSON, 8 fields):
 
@@ -9,11 +9,15 @@ Cases, each over the same records (an order of about 200 bytes as JSON, 8 fields
 * ``avro-resolved`` — the same, written with an older version (the reader adds a field), so
   fastavro resolves every record;
 * ``fastavro-only`` — fastavro's ``schemaless_reader`` over the values and nothing else: the
-  floor of any fastavro-based decoder (what is left is building Arrow columns).
+  floor of any fastavro-based decoder (what is left is building Arrow columns);
+* ``protobuf`` — the same records as a Protobuf message (:class:`FramedBlockDecoder` over
+  :class:`~pipelines.runtime.protobuf_records.ProtobufValues`: protobuf's C++ parser per record,
+  then the message's fields read into a dict);
+* ``protobuf-parse-only`` — protobuf's ``FromString`` over the values and nothing else.
 
-Usage: ``.venv/bin/python bench/bench_avro_decode.py [--records 200000] [--reps 3]``. Writes
-bench/results/avro-decode.json and .md; reports records/s (best of ``--reps``), CPU-seconds per
-million records, and each Avro case's ratio to ``json`` measured in the same run.
+Usage: ``.venv/bin/python bench/bench_decode_formats.py [--records 200000] [--reps 3]``. Writes
+bench/results/decode-formats.json and .md; reports records/s (best of ``--reps``), CPU-seconds per
+million records, and each case's ratio to ``json`` measured in the same run.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from google.protobuf import message_factory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -36,6 +41,8 @@ from bench.result_files import write_results  # noqa: E402
 from pipelines.runtime.arrow_records import FramedBlockDecoder, BlockDecoder  # noqa: E402
 from pipelines.runtime.avro_records import AvroValues  # noqa: E402
 from pipelines.runtime.avro_types import AvroFormat  # noqa: E402
+from pipelines.runtime.protobuf_records import ProtobufValues  # noqa: E402
+from pipelines.runtime.protobuf_types import ProtobufFormat, compile_schema, message_descriptor  # noqa: E402
 from pipelines.runtime.records import RecordFormat  # noqa: E402
 from pipelines.runtime.registry_client import RegistrySchemas, RegistrySettings  # noqa: E402
 
@@ -46,16 +53,24 @@ FIELDS = [{"name": "order_id", "type": "long"}, {"name": "customer", "type": "st
           {"name": "note", "type": "string"}, {"name": "region", "type": "string"}]
 OLD = {"type": "record", "name": "Order", "fields": FIELDS[:-1]}
 NEW = {"type": "record", "name": "Order", "fields": FIELDS[:-1] + [{**FIELDS[-1], "default": "eu"}]}
+PROTO = """syntax = "proto3";
+message Order {
+  int64 order_id = 1; string customer = 2; string item = 3; int32 quantity = 4;
+  double price = 5; bool paid = 6; string note = 7; string region = 8;
+}
+"""
 JSON_SCHEMA = ("order_id BIGINT, customer STRING, item STRING, quantity INT, price DOUBLE, paid BOOLEAN, "
                "note STRING, region STRING")
 
 
 class _Registry:
-    """The registry's answers for the two schema ids (a dict: this measures decoding, not HTTP)."""
+    """The registry's answers for the schema ids (a dict: this measures decoding, not HTTP)."""
 
     def get_schema(self, schema_id):
         from confluent_kafka.schema_registry import Schema
 
+        if schema_id == 3:
+            return Schema(PROTO, "PROTOBUF")
         return Schema(json.dumps({1: OLD, 2: NEW}[schema_id]), "AVRO")
 
 
@@ -125,26 +140,39 @@ def main() -> None:
             schemaless_reader(io.BytesIO(value[5:]), parsed, None)
         return block.num_rows
 
+    order_class = message_factory.GetMessageClass(message_descriptor(compile_schema(PROTO), "Order"))
+    proto_values = [b"\x00" + (3).to_bytes(4, "big") + b"\x00" + order_class(**r).SerializeToString() for r in records]
+    proto_fmt = RecordFormat("protobuf", None, 1 << 20, framed=ProtobufFormat(PROTO, "Order", settings))
+    proto_decoder = FramedBlockDecoder(proto_fmt, ProtobufValues(proto_fmt.framed, RegistrySchemas(settings, _Registry())))
+
+    def protobuf_parse_only(block: pa.Table) -> int:
+        for value in block.column("value").to_pylist():
+            order_class.FromString(value[6:])
+        return block.num_rows
+
     cases = {
         "json": (lambda b: json_decoder.split(b).output.num_rows, _blocks(json_values)),
         "avro": (lambda b: new_reader.split(b).output.num_rows, _blocks(avro_values)),
         "avro-resolved": (lambda b: resolved_reader.split(b).output.num_rows, _blocks(old_values)),
         "fastavro-only": (fastavro_only, _blocks(avro_values)),
+        "protobuf": (lambda b: proto_decoder.split(b).output.num_rows, _blocks(proto_values)),
+        "protobuf-parse-only": (protobuf_parse_only, _blocks(proto_values)),
     }
     results = {"records": args.records, "reps": args.reps, "block": BLOCK, "python": platform.python_version(),
                "mean_json_bytes": sum(map(len, json_values)) / len(json_values),
-               "mean_avro_bytes": sum(map(len, avro_values)) / len(avro_values), "cases": {}}
+               "mean_avro_bytes": sum(map(len, avro_values)) / len(avro_values),
+               "mean_protobuf_bytes": sum(map(len, proto_values)) / len(proto_values), "cases": {}}
     for name, (decode, blocks) in cases.items():
         results["cases"][name] = _measure(decode, blocks, args.reps)
         print(f"{name}: {results['cases'][name]['records_per_s']:,.0f} records/s", file=sys.stderr)
     base = results["cases"]["json"]["records_per_s"]
     lines = [f"Decoding {args.records:,} records of {results['mean_json_bytes']:.0f} B as JSON "
-             f"({results['mean_avro_bytes']:.0f} B as Avro) in blocks of {BLOCK:,}, one process, best of {args.reps}.",
+             f"({results['mean_avro_bytes']:.0f} B as Avro, {results['mean_protobuf_bytes']:.0f} B as Protobuf) in blocks of {BLOCK:,}, one process, best of {args.reps}.",
              "", "| case | records/s | CPU s / M records | × json |", "|---|---:|---:|---:|"]
     for name, row in results["cases"].items():
         lines.append(f"| {name} | {row['records_per_s']:,.0f} | {row['cpu_s_per_million']:.2f} | "
                      f"{row['records_per_s'] / base:.2f} |")
-    write_results(args.out, "avro-decode", results, "\n".join(lines) + "\n")
+    write_results(args.out, "decode-formats", results, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
