@@ -82,7 +82,8 @@ def _framed(ctx: Ctx, top: Section, sec: Section, kind: str) -> dict:
     topics = top.get("topics")
     several = top.get("topic_pattern") is not None or (topics is not None and topics.kind == "seq"
                                                        and len(topics.value) > 1)
-    if subject is None and naming != "record" and several and not Path(reader).suffix:
+    from_registry = reader is not None and (reader == "latest" or _VERSION.fullmatch(reader) is not None)
+    if subject is None and naming != "record" and several and from_registry:
         ctx.fail(*sec.line_of("subject_naming", "reader_schema"), C.MISSING_FIELD,
                  "with several topics or a topic_pattern, give format.subject: the subject whose "
                  "reader_schema every topic's records are read into", key="subject")
@@ -134,10 +135,10 @@ def _reader_schema(ctx: Ctx, sec: Section, kind: str, message: str | None) -> st
         return text
     location = as_location(ctx, node, path)
     file = Path(location)
-    suffix = ".avsc" if kind == "avro" else ".proto"
+    suffix = "`.avsc`" if kind == "avro" else "`.proto`"
     if not file.is_file():
         ctx.fail(node.line, path, C.FILE_NOT_FOUND,
-                 f"{location} is not a file (give latest, a version number, or a {suffix} file)")
+                 f"{location} is not a file (give latest, a version number, or an {suffix} file)")
     try:
         _file_columns(kind, file.read_text(encoding="utf-8"), message)
     except (OSError, UnicodeDecodeError, ValueError) as exc:

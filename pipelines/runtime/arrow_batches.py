@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from groupmgr.core import OffsetRange
-from pipelines.runtime.arrow_records import FramedBlockDecoder, BlockDecoder, arrow_decodable
+from pipelines.runtime.arrow_records import BlockDecoder, FramedBlockDecoder, arrow_decodable
 from pipelines.runtime.assigned_offsets import task_groups
 from pipelines.runtime.batch_writer import (BatchRows, DeadLetterDecisions, PlannedWrite, SparkBatch,
                                            write_both_tables)

@@ -70,11 +70,13 @@ class ProtobufFormat:
         return pa.schema([struct.field(i) for i in range(struct.num_fields)])
 
 
+@functools.lru_cache(maxsize=64)
 def compile_schema(text: str) -> Any:
     """The file descriptor of a schema text: ``.proto`` source (what Confluent's registry
     answers), or a base64 ``FileDescriptorProto`` (what Apicurio's Confluent-compatible API
     answers for a schema registered by confluent-kafka's serializer). UnsupportedProtobufType
-    when protoc refuses it, or it imports a file other than the well-known ``google/protobuf/*``."""
+    when protoc refuses it, or it imports a file other than the well-known ``google/protobuf/*``.
+    Each text is compiled once per process (descriptors are immutable)."""
     descriptor = _serialized_descriptor(text)
     if descriptor is not None:
         return _file_of(descriptor)

@@ -27,6 +27,12 @@ Dead-letter rule (docs/DESIGN.md invariant 6; a bad record is never dropped sile
   levels.
 * ``schema_mismatch`` — valid JSON whose fields do not fit the schema's types (json only).
 
+Avro and Protobuf (``avro``, ``protobuf``: values in the Confluent wire format) have, after
+``null_value`` and ``value_too_large``, the reasons of :mod:`pipelines.runtime.avro_records` and
+:mod:`pipelines.runtime.protobuf_records` (``not_schema_registry_framed``, ``unknown_schema_id``,
+``incompatible_schema``, ``undecodable``); both paths decode them in Python on the executors
+(:func:`framed_decisions`; the Spark SQL path through ``mapInArrow``).
+
 The rule is written once, in :func:`reason_rules`, over a record's facts: Spark columns build the
 batch's expression from it (:class:`RecordColumns`), Python values decide one record
 (:func:`dead_letter_reason`, pure) the same way.
