@@ -116,6 +116,8 @@ def test_spark_data_loss_restarts_for_the_partition_checks(text):
      "for 120s while reading [5, 9) (TimeoutException)", "KAFKA_READ_STALLED"),
     ("pipelines.runtime.kafka_range_reader.LogEndsUnavailable: [LEADER_NOT_AVAILABLE] the log end of t-0 was not "
      "available for 30s", "LOG_END_UNAVAILABLE"),
+    ("pipelines.runtime.registry_client.RegistryUnavailableError: schema registry http://r:8081 did not answer: "
+     "ConnectError: [Errno 111] Connection refused", "SCHEMA_REGISTRY_UNAVAILABLE"),
 ])
 def test_the_scg_kafka_reader_s_failures_restart_the_query(line, condition):
     """As a Python worker's traceback inside the query's failure (executor or planner)."""
@@ -288,3 +290,10 @@ def test_a_runtime_failure_names_a_file_with_its_whole_cause_chain(tmp_path):
     assert isinstance(error, PermanentFault) and error.details.startswith(str(tmp_path))
     text = open(error.details).read()
     assert "RuntimeError: query start failed" in text and "TOPIC_AUTHORIZATION_FAILED" in text
+
+
+def test_a_registry_that_does_not_answer_in_the_driver_is_transient():
+    from pipelines.runtime.registry_client import RegistryUnavailableError
+
+    fault = classify_failure(RegistryUnavailableError("http://r:8081", "HTTP 503: busy"))
+    assert (fault.kind, fault.condition) == (TRANSIENT, "SCHEMA_REGISTRY_UNAVAILABLE")
