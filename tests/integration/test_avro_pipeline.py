@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import json
 import subprocess
+import threading
 import urllib.request
 
 import pytest
@@ -26,6 +27,8 @@ from pipelines.runtime.records import RecordFormat
 from pipelines.runtime.registry_client import RegistrySettings
 from tests.integration.test_arrow_path import _rows, _tables, _write
 from tests.support.kafka_data import create_topic, write_pipeline
+from tests.support.switchable_proxy import SwitchableProxy
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
@@ -142,3 +145,37 @@ def test_scg_run_reads_the_subjects_latest_version(bootstrap, registry, unique_n
     assert all(r["address"] is None for r in rows if r["id"] < 20)
     dead = DeltaTable(str(tmp_path / "dead")).to_pyarrow_table().to_pylist()
     assert [(r["value"], r["reason"]) for r in dead] == [(b"not avro", "not_schema_registry_framed")]
+
+
+def test_a_registry_that_is_down_holds_the_batch_until_it_answers(bootstrap, schema_registry, unique_name, tmp_path):
+    """The registry behind a proxy that refuses connections: the member retries the batch under
+    SCHEMA_REGISTRY_UNAVAILABLE (a progress line), no record becomes a dead letter, and once the
+    registry answers every record lands and the run ends."""
+    topic = unique_name
+    create_topic(bootstrap, topic, 2)
+    context = SerializationContext(topic, MessageField.VALUE)
+    serialize = _serializer(schema_registry, V1)
+    _produce(bootstrap, topic, [serialize({"id": n, "item": "tea", "at": AT}, context) for n in range(20)])
+    proxy = SwitchableProxy(("127.0.0.1", schema_registry.port))
+    proxy.down()
+    (tmp_path / "order.avsc").write_text(json.dumps(V1))
+    url = schema_registry.url.replace(f":{schema_registry.port}/", f":{proxy.port}/")
+    extra = f'format:\n  type: avro\n  schema_registry: {{url: "{url}"}}\n  reader_schema: order.avsc\n'
+    path = write_pipeline(tmp_path / "p.yaml", bootstrap, topic, topic, tmp_path, extra=extra)
+    path.write_text(path.read_text().replace("processing_time: 500ms", "available_now: true"))
+    run = subprocess.Popen([str(PROJECT_ROOT / "bin" / "scg"), "run", str(path)], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(run.stdout), daemon=True).start()
+    try:
+        wait_until(lambda: any("SCHEMA_REGISTRY_UNAVAILABLE" in line and "retry" in line for line in lines), 300,
+                   lambda: "a retry under SCHEMA_REGISTRY_UNAVAILABLE; output:\n" + "".join(lines[-30:]))
+        proxy.up = True
+        assert run.wait(timeout=300) == 0, "".join(lines[-50:])
+    finally:
+        proxy.close()
+        if run.poll() is None:
+            run.kill()
+    rows = DeltaTable(str(tmp_path / "table")).to_pyarrow_table().to_pylist()
+    assert sorted(r["id"] for r in rows) == list(range(20))
+    assert DeltaTable(str(tmp_path / "dead")).to_pyarrow_table().num_rows == 0
