@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -39,13 +38,14 @@ import tarfile
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from groupmgr.core import ExitCategory, ScgError
 from pipelines.local.local_kafka import _pid_alive, free_port
 from pipelines.local.resolve_jars import link
 from pipelines.runtime.install_paths import IN_CHECKOUT, PROJECT_ROOT, cache_dir, conf_dir, maven_settings
+from pipelines.runtime.jar_cache import locked
 
 APICURIO_VERSION = "3.3.3"
 PIN_DIR = conf_dir() / "jvm" / "schema-registry"
@@ -138,7 +138,7 @@ def install(progress: Callable[[str], None], *, cache_root: Path | None = None, 
         raise RegistryInstallError("mvn not found (it is resolved from Maven Central with Maven); install "
                                    "Maven (apt-get install maven, brew install maven)")
     entry.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(entry.with_name(entry.name + ".lock")):
+    with locked(entry.with_name(entry.name + ".lock")):
         if is_installed(entry):  # another process installed it meanwhile
             return entry
         progress(f"installing the schema registry (Apicurio Registry {APICURIO_VERSION}, 160 MB from "
@@ -185,16 +185,6 @@ def distribution_dir(progress: Callable[[str], None] | None = None) -> Path:
     if IN_CHECKOUT and is_installed(LINK) and LINK.resolve().name == pins_key():
         return LINK.resolve()  # the class archive holds the real path of the jars it was recorded from
     return install(progress or _say)
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # --- Java -----------------------------------------------------------------------------------------

@@ -99,7 +99,7 @@ def ensure_jars(kinds: Iterable[str], *, pom_dir: Path, cache_root: Path, settin
         if shutil.which("mvn") is None:
             raise MavenNotFoundError(k for k in kinds if not has_jars(entry, k))
         entry.mkdir(parents=True, exist_ok=True)
-        with _locked(entry.with_name(entry.name + ".lock")):
+        with locked(entry.with_name(entry.name + ".lock")):
             try:
                 for kind in kinds:
                     if not has_jars(entry, kind):  # another process may have resolved it meanwhile
@@ -161,7 +161,9 @@ def drop_jars_pyspark_ships(directory: Path, pyspark_jars: Path | None = None) -
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if missing) for the block: one installer at a
+    time per cache entry, across processes."""
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

@@ -133,18 +133,24 @@ def test_scg_run_reads_the_subjects_latest_version(bootstrap, registry, unique_n
     values += [v2({"id": 100 + n, "item": "cup", "at": AT, "address": {"city": "Oslo", "tags": []}}, context)
                for n in range(20)]
     _produce(bootstrap, topic, values + [b"not avro"])
-    extra = f'format:\n  type: avro\n  schema_registry: {{url: "{registry.url}"}}\n'
-    path = write_pipeline(tmp_path / "p.yaml", bootstrap, topic, topic, tmp_path, extra=extra)
+    rows, dead = run_to_the_end(bootstrap, topic, tmp_path,
+                                f'format:\n  type: avro\n  schema_registry: {{url: "{registry.url}"}}\n')
+    assert sorted(r["id"] for r in rows) == list(range(20)) + list(range(100, 120))
+    assert {r["address"]["city"] for r in rows if r["id"] >= 100} == {"Oslo"}
+    assert all(r["address"] is None for r in rows if r["id"] < 20)
+    assert [(r["value"], r["reason"]) for r in dead] == [(b"not avro", "not_schema_registry_framed")]
+
+
+def run_to_the_end(bootstrap, topic, tmp_path, format_yaml: str) -> tuple[list[dict], list[dict]]:
+    """A pipeline over ``topic`` whose format section is ``format_yaml``, run by ``bin/scg run``
+    with ``available_now``; the output table's rows and the dead-letter table's."""
+    path = write_pipeline(tmp_path / "p.yaml", bootstrap, topic, topic, tmp_path, extra=format_yaml)
     path.write_text(path.read_text().replace("processing_time: 500ms", "available_now: true"))
     run = subprocess.run([str(PROJECT_ROOT / "bin" / "scg"), "run", str(path)], capture_output=True, text=True,
                          timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    rows = DeltaTable(str(tmp_path / "table")).to_pyarrow_table().to_pylist()
-    assert sorted(r["id"] for r in rows) == list(range(20)) + list(range(100, 120))
-    assert {r["address"]["city"] for r in rows if r["id"] >= 100} == {"Oslo"}
-    assert all(r["address"] is None for r in rows if r["id"] < 20)
-    dead = DeltaTable(str(tmp_path / "dead")).to_pyarrow_table().to_pylist()
-    assert [(r["value"], r["reason"]) for r in dead] == [(b"not avro", "not_schema_registry_framed")]
+    return (DeltaTable(str(tmp_path / "table")).to_pyarrow_table().to_pylist(),
+            DeltaTable(str(tmp_path / "dead")).to_pyarrow_table().to_pylist())
 
 
 def test_a_registry_that_is_down_holds_the_batch_until_it_answers(bootstrap, schema_registry, unique_name, tmp_path):

@@ -7,23 +7,21 @@ Spark SQL path into real Delta tables that agree row for row; and a pipeline fil
 from __future__ import annotations
 
 import datetime
-import subprocess
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.schema_registry import topic_subject_name_strategy
 from confluent_kafka.serialization import MessageField, SerializationContext
-from deltalake import DeltaTable
 from google.protobuf import message_factory
 
-from pipelines.runtime.install_paths import PROJECT_ROOT
 from pipelines.runtime.protobuf_types import ProtobufFormat, compile_schema, message_descriptor
 from pipelines.runtime.records import RecordFormat
 from pipelines.runtime.registry_client import RegistrySettings
 from tests.integration.test_arrow_path import _rows
-from tests.integration.test_avro_pipeline import CLIENT_TIMEOUT_S, _allow_any_change, _produce, both_paths
-from tests.support.kafka_data import create_topic, write_pipeline
+from tests.integration.test_avro_pipeline import (CLIENT_TIMEOUT_S, _allow_any_change, _produce, both_paths,
+                                                  run_to_the_end)
+from tests.support.kafka_data import create_topic
 
 pytestmark = pytest.mark.integration
 V1 = """syntax = "proto3";
@@ -96,15 +94,9 @@ def test_scg_run_reads_with_a_local_proto_file(bootstrap, schema_registry, uniqu
     values += [_serializer(schema_registry, v2)(message, context) for message in newer]
     _produce(bootstrap, topic, values + [b"not protobuf"])
     (tmp_path / "order.proto").write_text(V2)
-    extra = (f'format:\n  type: protobuf\n  schema_registry: {{url: "{schema_registry.url}"}}\n'
-             f'  reader_schema: order.proto\n  message: Order\n')
-    path = write_pipeline(tmp_path / "p.yaml", bootstrap, topic, topic, tmp_path, extra=extra)
-    path.write_text(path.read_text().replace("processing_time: 500ms", "available_now: true"))
-    run = subprocess.run([str(PROJECT_ROOT / "bin" / "scg"), "run", str(path)], capture_output=True, text=True,
-                         timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    rows = DeltaTable(str(tmp_path / "table")).to_pyarrow_table().to_pylist()
+    rows, dead = run_to_the_end(bootstrap, topic, tmp_path,
+                                f'format:\n  type: protobuf\n  schema_registry: {{url: "{schema_registry.url}"}}\n'
+                                f'  reader_schema: order.proto\n  message: Order\n')
     assert sorted(r["id"] for r in rows) == list(range(10)) + list(range(100, 110))
     assert {r["id"]: r["address"] for r in rows}[100] == {"city": "Oslo"}
-    dead = DeltaTable(str(tmp_path / "dead")).to_pyarrow_table().to_pylist()
     assert [(r["value"], r["reason"]) for r in dead] == [(b"not protobuf", "not_schema_registry_framed")]
