@@ -116,6 +116,9 @@ def _url(ctx: Ctx, reg: Section) -> str:
     url = as_env_str(ctx, node, reg.sub("url")).strip().rstrip("/")
     if not _REGISTRY_URL.fullmatch(url):
         ctx.fail(node.line, reg.sub("url"), C.BAD_VALUE, f"{url!r} is not an http(s):// URL", value=url)
+    if "@" in url.split("://", 1)[1].split("/", 1)[0]:
+        ctx.fail(node.line, reg.sub("url"), C.BAD_VALUE, "the URL holds credentials, which would be shown "
+                 "wherever the URL is; give username and password (or bearer_token) instead")
     return url
 
 
