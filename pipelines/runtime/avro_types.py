@@ -76,15 +76,30 @@ def record_schema(schema: Mapping[str, Any]) -> pa.Schema:
     return pa.schema([struct.field(i) for i in range(struct.num_fields)])
 
 
-def _struct(schema: Mapping[str, Any], path: str, named: dict[str, Any]) -> pa.StructType:
-    name = _full_name(schema)
-    if name in named and named[name] is None:
-        raise UnsupportedAvroType(path, f"record {name} contains itself; a table column cannot")
-    named[name] = None
-    fields = [pa.field(f["name"], arrow_type(f["type"], _join(path, f["name"]), named, schema.get("namespace")))
+def _struct(schema: Mapping[str, Any], path: str, named: dict[str, Any], namespace: str | None = None) -> pa.StructType:
+    namespace = _namespace(schema, namespace)
+    names = _names(schema, namespace)
+    if any(n in named and named[n] is None for n in names):
+        raise UnsupportedAvroType(path, f"record {names[0]} contains itself; a table column cannot")
+    named.update(dict.fromkeys(names))
+    fields = [pa.field(f["name"], arrow_type(f["type"], _join(path, f["name"]), named, namespace))
               for f in schema.get("fields", ())]
-    named[name] = schema
+    named.update(dict.fromkeys(names, schema))
     return pa.struct(fields)
+
+
+def _namespace(schema: Mapping[str, Any], enclosing: str | None) -> str | None:
+    """The namespace a named type's own names resolve in: its full name's, its own, or the
+    enclosing one (Avro's rule)."""
+    name = schema.get("name", "")
+    return name.rpartition(".")[0] if "." in name else schema.get("namespace", enclosing)
+
+
+def _names(schema: Mapping[str, Any], enclosing: str | None) -> tuple[str, ...]:
+    """The full name of a named type, then its short name (a reference may use either)."""
+    name, namespace = schema.get("name", ""), _namespace(schema, enclosing)
+    short = name.rpartition(".")[2]
+    return (f"{namespace}.{short}", short) if namespace else (short,)
 
 
 def arrow_type(avro: Any, path: str = "", named: dict[str, Any] | None = None,
@@ -110,13 +125,13 @@ def arrow_type(avro: Any, path: str = "", named: dict[str, Any] | None = None,
     if logical in _TIMES:
         return pa.int64()
     if kind == "record":
-        return _struct(avro, path, named)
+        return _struct(avro, path, named, namespace)
     if kind == "array":
         return pa.list_(arrow_type(avro["items"], f"{path}[]", named, namespace))
     if kind == "map":
         return pa.map_(pa.string(), arrow_type(avro["values"], f"{path}{{}}", named, namespace))
     if kind in ("enum", "fixed"):
-        named[_full_name(avro)] = avro
+        named.update(dict.fromkeys(_names(avro, namespace), avro))
         return _PRIMITIVES[kind]
     return arrow_type(kind, path, named, namespace)
 
@@ -127,11 +142,6 @@ def _non_null_branch(union: list, path: str) -> Any:
         raise UnsupportedAvroType(path, "a union of several non-null types has no column type; "
                                   "use [\"null\", T] or decode the value as raw bytes")
     return branches[0]
-
-
-def _full_name(schema: Mapping[str, Any]) -> str:
-    name, namespace = schema.get("name", ""), schema.get("namespace")
-    return name if "." in name or not namespace else f"{namespace}.{name}"
 
 
 def _join(path: str, name: str) -> str:
@@ -158,8 +168,8 @@ def _fixup(avro: Any, named: dict[str, Any], namespace: str | None) -> Fixup | N
     if logical in _TIMES:
         return _time_micros
     if kind == "record":
-        named[_full_name(avro)] = avro
-        inner = {f["name"]: _fixup(f["type"], named, avro.get("namespace", namespace)) for f in avro.get("fields", ())}
+        named.update(dict.fromkeys(_names(avro, namespace), avro))
+        inner = {f["name"]: _fixup(f["type"], named, _namespace(avro, namespace)) for f in avro.get("fields", ())}
         inner = {name: fix for name, fix in inner.items() if fix is not None}
         return functools.partial(_fix_record, inner) if inner else None
     if kind == "array":
@@ -169,7 +179,7 @@ def _fixup(avro: Any, named: dict[str, Any], namespace: str | None) -> Fixup | N
         item = _fixup(avro["values"], named, namespace)
         return functools.partial(_fix_values, item) if item else None
     if kind in ("enum", "fixed"):
-        named[_full_name(avro)] = avro
+        named.update(dict.fromkeys(_names(avro, namespace), avro))
     return None if isinstance(kind, str) and kind in _PRIMITIVES else _fixup(kind, named, namespace)
 
 

@@ -176,3 +176,19 @@ def test_settings_never_show_their_secrets():
     settings = RegistrySettings("https://r", username="u", password="hunter2", bearer_token="tok")
     assert "hunter2" not in repr(settings) and "tok" not in repr(settings)
     assert "hunter2" not in repr(AvroFormat("{}", settings))
+
+
+def test_named_types_are_found_by_full_or_short_name_in_the_enclosing_namespace():
+    address = {"type": "record", "name": "Address", "fields": [{"name": "city", "type": "string"},
+                                                              {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}}]}
+    schema = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+        {"name": "ship_to", "type": address},
+        {"name": "bill_to", "type": ["null", "shop.Address"]},
+        {"name": "pick_up", "type": ["null", "Address"]}]}
+    arrow = record_schema(schema)
+    assert arrow.field("bill_to").type == arrow.field("ship_to").type == arrow.field("pick_up").type
+    ref = uuid.UUID(int=5)
+    split = decoder(schema, _Registry({1: schema})).split(block([framed(schema, {
+        "ship_to": {"city": "Oslo", "ref": ref}, "bill_to": {"city": "Bergen", "ref": ref}, "pick_up": None}, 1)]))
+    row = split.output.to_pylist()[0]
+    assert row["bill_to"] == {"city": "Bergen", "ref": str(ref)} and row["pick_up"] is None
