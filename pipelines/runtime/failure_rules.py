@@ -25,8 +25,9 @@ Rules of :func:`classify_failure`, first match wins:
    (:mod:`pipelines.runtime.partition_checks`); then a transient marker (Kafka's
    retriable exception classes ``org.apache.kafka.common.errors.*``, ``java.net`` connection
    errors, ``java.util.concurrent.TimeoutException``, Java and Python IO errors, the transient
-   errors of the executors' Kafka readers, a confluent-kafka ``KafkaError{code=...}``); otherwise
-   unknown. The project's errors raised in the driver's Python are never judged by their name in
+   errors of the executors' Kafka readers and schema registry, a confluent-kafka
+   ``KafkaError{code=...}``); otherwise unknown. A schema registry's refusal of the credentials,
+   raised in an executor, is permanent. The project's errors raised in the driver's Python are never judged by their name in
    a text: the batch writer hands the runner the exception object itself.
 
 :class:`RestartPolicy` turns classified failures into verdicts: retry after how long, or give up.
@@ -42,7 +43,7 @@ from deltalake.exceptions import CommitFailedError, DeltaProtocolError, SchemaMi
 from groupmgr.core import ScgError
 from groupmgr.kafka_faults import Backoff, Fault, FaultKind, FaultStreak, classify_kafka, classify_kafka_code
 from pipelines.runtime.kafka_range_reader import KafkaReadStalled, LogEndsUnavailable
-from pipelines.runtime.registry_client import RegistryUnavailableError
+from pipelines.runtime.registry_client import RegistryRefusedError, RegistryUnavailableError
 from sinks.txn_table import FencedWriterError, SinkError, StorageUnavailable
 
 TRANSIENT, PERMANENT, UNKNOWN = FaultKind.TRANSIENT, FaultKind.PERMANENT, FaultKind.UNKNOWN
@@ -88,6 +89,7 @@ _CONFLUENT = re.compile(r"KafkaError\{code=(\w+),val=(-?\d+)")
 # workers (reading Kafka) or the scg-kafka planner's, then passed on by Spark inside the query's
 # failure. Errors raised in the driver's Python (the batch writer's, the sink's, the starts') reach
 # the runner as objects (``BatchWriter.failure``) and are judged by rules 1-4.
+_WORKER_PERMANENT = {cls.__name__: cls.condition for cls in (RegistryRefusedError,)}
 _WORKER_TRANSIENT = {cls.__name__: cls.condition
                      for cls in (KafkaReadStalled, LogEndsUnavailable, RegistryUnavailableError)}
 
@@ -140,6 +142,9 @@ def classify_text(text: str) -> Fault:
     for match in java:
         if match.group(1) in KAFKA_RETRIABLE_JAVA:
             return Fault(TRANSIENT, _snake(match.group(1).removesuffix("Exception")), _line_at(text, match))
+    for name, condition in _WORKER_PERMANENT.items():
+        if _raised(name, text):
+            return Fault(PERMANENT, condition, _line_at(text, re.search(rf"\b{name}: ", text)))
     for name, condition in _WORKER_TRANSIENT.items():
         if _raised(name, text):
             return Fault(TRANSIENT, condition, _line_at(text, re.search(rf"\b{name}: ", text)))

@@ -1,10 +1,11 @@
 """A Confluent-compatible Schema Registry as the decoders see it: writer schemas by id, a
 subject's reader schema, each fetched once per process.
 
-Built on confluent-kafka's ``SchemaRegistryClient``. The answers are three: a schema; no such
-schema (the registry said 404: :data:`MISSING`, which makes the record a dead letter); or no
-answer (:class:`RegistryUnavailableError`: the registry could not be reached or failed, a
-transient fault the batch retries, never a dead letter). Credentials are kept out of ``repr``.
+Built on confluent-kafka's ``SchemaRegistryClient``. The answers are four: a schema; no such
+schema (the registry said 404: :data:`MISSING`, which makes the record a dead letter); refused
+credentials (401, 403: :class:`RegistryRefusedError`, permanent); or no answer
+(:class:`RegistryUnavailableError`: the registry could not be reached or failed, a transient
+fault the batch retries, never a dead letter). Credentials are kept out of ``repr``.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from groupmgr.core import ExitCategory, ScgError
 
 MISSING = object()  # the registry has no schema of that id
 NOT_FOUND = 404
+REFUSED = (401, 403)  # the credentials: not transient
 REQUEST_TIMEOUT_S = 10.0
 
 
@@ -46,8 +48,8 @@ class RegistrySettings:
 
 
 class RegistryUnavailableError(ScgError):
-    """The schema registry did not answer (down, unreachable, a 5xx, a refused sign-in): a
-    transient fault; the batch waits and retries."""
+    """The schema registry did not answer (down, unreachable, a timeout, a 5xx): a transient
+    fault; the batch waits and retries."""
 
     condition = "SCHEMA_REGISTRY_UNAVAILABLE"
     retriable = True
@@ -55,6 +57,17 @@ class RegistryUnavailableError(ScgError):
     def __init__(self, url: str, detail: str):
         super().__init__(f"schema registry {url} did not answer: {detail}")
         self.url = url
+
+
+class RegistryRefusedError(ScgError):
+    """The schema registry refused the pipeline's credentials (HTTP 401 or 403): retrying cannot
+    help; fix ``format.schema_registry``'s credentials."""
+
+    condition = "SCHEMA_REGISTRY_REFUSED"
+    exit_category = ExitCategory.CONFIG
+
+    def __init__(self, url: str, detail: str):
+        super().__init__(f"schema registry {url} refused the credentials: {detail}")
 
 
 class SubjectNotFoundError(ScgError):
@@ -111,6 +124,8 @@ class RegistrySchemas:
         except SchemaRegistryError as exc:
             if exc.http_status_code == NOT_FOUND:
                 return MISSING
+            if exc.http_status_code in REFUSED:
+                raise RegistryRefusedError(self.settings.url, f"HTTP {exc.http_status_code}: {exc.error_message}") from None
             raise RegistryUnavailableError(self.settings.url, f"HTTP {exc.http_status_code}: {exc.error_message}") from None
         except Exception as exc:  # httpx transport errors, TLS failures, timeouts
             raise RegistryUnavailableError(self.settings.url, f"{type(exc).__name__}: {exc}") from None

@@ -123,6 +123,18 @@ def test_a_registry_that_does_not_answer_fails_the_block_and_is_asked_again_late
     assert avro.split(block([value])).output.num_rows == 1
 
 
+def test_refused_credentials_are_named_and_not_retried_as_unavailable():
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    from pipelines.runtime.failure_rules import classify_failure
+    from pipelines.runtime.registry_client import RegistryRefusedError
+
+    with pytest.raises(RegistryRefusedError) as refused:
+        decoder(V1, _Registry({1: SchemaRegistryError(401, 40101, "Unauthorized")})).split(
+            block([framed(V1, {"id": 1, "item": "a"}, 1)]))
+    assert classify_failure(refused.value).kind.value == "permanent"
+
+
 def test_a_registry_5xx_is_unavailable_not_a_dead_letter():
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 

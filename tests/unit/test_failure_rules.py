@@ -297,3 +297,12 @@ def test_a_registry_that_does_not_answer_in_the_driver_is_transient():
 
     fault = classify_failure(RegistryUnavailableError("http://r:8081", "HTTP 503: busy"))
     assert (fault.kind, fault.condition) == (TRANSIENT, "SCHEMA_REGISTRY_UNAVAILABLE")
+
+
+def test_refused_registry_credentials_in_an_executor_are_permanent():
+    text = STREAM_FAILED.format(cause="org.apache.spark.api.python.PythonException: Traceback (most recent call "
+                                      "last):\n  File \"x.py\", line 1, in read\n"
+                                      "pipelines.runtime.registry_client.RegistryRefusedError: schema registry "
+                                      "http://r:8081 refused the credentials: HTTP 401: Unauthorized")
+    fault = classify_text(text)
+    assert (fault.kind, fault.condition) == (PERMANENT, "SCHEMA_REGISTRY_REFUSED")
