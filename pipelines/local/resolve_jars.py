@@ -14,7 +14,7 @@ from pathlib import Path
 
 from groupmgr.core import ScgError
 from pipelines.runtime.install_paths import cache_dir, conf_dir, maven_settings
-from pipelines.runtime.jar_cache import KINDS, JarsNotResolvedError, ensure_jars
+from pipelines.runtime.jar_cache import KINDS, ensure_jars
 
 MAVEN_LINES = 5
 
@@ -32,6 +32,16 @@ def link(target: Path, link_path: Path) -> None:
     os.replace(fresh, link_path)
 
 
+def report_failure(exc: ScgError) -> int:
+    """A failed install step for bin/bootstrap: the last :data:`MAVEN_LINES` of Maven's output
+    when the error names that file (``details``), then one ``error:`` line; the exit code."""
+    if exc.details:
+        lines = Path(exc.details).read_text(errors="replace").splitlines()[-MAVEN_LINES:]
+        print("\n".join(lines), file=sys.stderr)
+    say(f"error: {exc} Maven's output: {exc.details}" if exc.details else f"error: {exc}")
+    return int(exc.exit_category)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.local.resolve_jars", description=__doc__)
     parser.add_argument("--link", type=Path, help="a symbolic link to point at the cache entry")
@@ -41,11 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         entry = ensure_jars(KINDS, pom_dir=conf_dir() / "jvm", cache_root=cache_dir(),
                             settings=maven_settings(), progress=say)
     except ScgError as exc:
-        if isinstance(exc, JarsNotResolvedError):
-            lines = Path(exc.details).read_text(errors="replace").splitlines()[-MAVEN_LINES:]
-            print("\n".join(lines), file=sys.stderr)
-        say(f"error: {exc} Maven's output: {exc.details}" if exc.details else f"error: {exc}")
-        return int(exc.exit_category)
+        return report_failure(exc)
     if args.link:
         link(entry, args.link)
     return 0

@@ -43,7 +43,8 @@ from pathlib import Path
 
 from groupmgr.core import ExitCategory, ScgError
 from pipelines.local.local_kafka import _pid_alive, free_port
-from pipelines.local.resolve_jars import link
+from pipelines.local.resolve_jars import link, report_failure
+from pipelines.local.resolve_jars import say as bootstrap_say
 from pipelines.runtime.install_paths import IN_CHECKOUT, PROJECT_ROOT, cache_dir, conf_dir, maven_settings
 from pipelines.runtime.jar_cache import locked
 
@@ -60,7 +61,6 @@ READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
 STATE_FILE = "schema-registry.json"
 PORT_TRIES = 3
-INSTALL_LOG_LINES = 5
 # what Quarkus logs when another process took a port between free_port and its bind
 _PORT_TAKEN = re.compile(r"in use by another process|already bound|Address already in use", re.IGNORECASE)
 
@@ -494,10 +494,6 @@ def _say(message: str) -> None:
     print(f"scg: {message}", file=sys.stderr, flush=True)
 
 
-def _bootstrap_say(message: str) -> None:
-    print(f"[bootstrap] {message}", file=sys.stderr, flush=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.local.schema_registry",
                                      description="bin/bootstrap's schema registry step")
@@ -508,18 +504,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     installing = not (PIN_DIR / "pom.xml").is_file() or not is_installed(entry_dir())
     try:
-        entry = install(_bootstrap_say)
+        entry = install(bootstrap_say)
     except RegistryInstallError as exc:
-        if exc.details:
-            lines = Path(exc.details).read_text(errors="replace").splitlines()[-INSTALL_LOG_LINES:]
-            print("\n".join(lines), file=sys.stderr)
-        _bootstrap_say(f"error: {exc} Maven's output: {exc.details}" if exc.details else f"error: {exc}")
-        return int(exc.exit_category)
+        return report_failure(exc)
     if args.link:
         link(entry, args.link)
     if not args.no_archive:
         # never fails the bootstrap; a missing Java 21+ is said once, when the registry is installed
-        record_archive(_bootstrap_say, distribution=entry, note_missing_java=installing)
+        record_archive(bootstrap_say, distribution=entry, note_missing_java=installing)
     return 0
 
 
