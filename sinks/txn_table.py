@@ -18,11 +18,14 @@ The files' ``add`` actions and all ``txn`` actions (offsets and owners, re-asser
 commit built on that same snapshot, so a concurrent commit that touched any of these app ids makes
 ours fail (``CommitFailedError``); we re-read and re-decide, reusing the files when the plan is
 unchanged and writing again when it is not (the first files stay unreferenced). Two writers of a
-partition never both win. Thread safety: a TxnDeltaTable keeps no state between calls, so threads
+partition never both win. A table opened with ``add_columns`` commits files that carry columns it
+lacks together with the new schema (nullable columns added, :mod:`sinks.schema_widening`): the
+schema changes in the commit of the first rows that have them, and no file is removed. Thread safety: a TxnDeltaTable keeps no state between calls, so threads
 may share one; each call works on a snapshot of its own.
 """
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -32,13 +35,18 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, Transaction
 
 from groupmgr.core import OffsetRange, ScgError, TopicPartition
 from sinks.data_files import DataFileWriter, WrittenFiles
+from sinks.schema_widening import ColumnTypeChanged, type_text, widen
 
 COMMIT_ATTEMPTS = 5
+# The partition filter of a commit that changes the schema: deltalake writes a new schema only in
+# an overwrite, which removes the files this filter selects; no row has a negative offset.
+NOTHING_REPLACED = [("offset", "=", "-1")]
 COMMIT_MARKER = "scg.commit"   # commit-info key naming one commit attempt
 # The start-up check's retry bound. deltalake retries a request for up to 180 s (retry_timeout), so
 # an endpoint that accepts connections but never answers would hold the start for three minutes;
@@ -81,6 +89,21 @@ def storage_error_reason(error: BaseException) -> str:
     if code:
         return code.group(1)
     return reason[:300]
+
+
+class SchemaIncompatible(SinkError):
+    """The table cannot take the columns a batch would write: a column changed type, or new
+    columns while the table's schema may not change. Retried with backoff (the stream waits,
+    nothing is written) until the schema or the configuration changes; ``table_schema`` and
+    ``batch_schema`` are the two schemas as simple type strings."""
+
+    condition = "SCHEMA_INCOMPATIBLE"
+    retriable = True
+
+    def __init__(self, table: str, detail: str, table_schema: str, batch_schema: str):
+        self.table, self.detail = table, detail
+        self.table_schema, self.batch_schema = table_schema, batch_schema
+        super().__init__(f"{table}: {detail}; table schema {table_schema}; batch schema {batch_schema}")
 
 
 class FencedWriterError(SinkError):
@@ -145,12 +168,21 @@ class TxnDeltaTable:
 
     def __init__(self, path: str, app_id: str, schema: pa.Schema,
                  partition_by: Sequence[str] = (), storage_options: Mapping[str, str] | None = None,
-                 count_by: str | None = None):
+                 count_by: str | None = None, add_columns: bool = False):
         """``count_by``: a column whose values a commit counts in the rows it wrote
-        (:attr:`CommitResult.counts`; the dead-letter table's ``reason``)."""
+        (:attr:`CommitResult.counts`; the dead-letter table's ``reason``). ``add_columns``: a
+        commit of files whose ``schema`` has columns the table lacks adds them to the table in
+        that same commit (:func:`sinks.schema_widening.widen`); without it the table's schema
+        never changes."""
         self.path, self.app_id, self.schema, self.count_by = str(path), app_id, schema, count_by
         self.partition_by = list(partition_by)
         self.storage_options = dict(storage_options or {})
+        self.add_columns = add_columns
+
+    def with_schema(self, schema: pa.Schema, add_columns: bool) -> "TxnDeltaTable":
+        """The same table written with files of ``schema``."""
+        return TxnDeltaTable(self.path, self.app_id, schema, self.partition_by, self.storage_options,
+                             self.count_by, add_columns)
 
     # -- app ids -------------------------------------------------------------------------------
     def offset_app_id(self, tp: TopicPartition) -> str:
@@ -185,6 +217,14 @@ class TxnDeltaTable:
         given = {key.lower() for key in self.storage_options}
         bounded = {**{k: v for k, v in STARTUP_STORAGE_OPTIONS.items() if k not in given}, **self.storage_options}
         TxnDeltaTable(self.path, self.app_id, self.schema, self.partition_by, bounded).snapshot()
+
+    def delta_schema(self) -> dict:
+        """The table's schema as Delta's JSON schema (parsed), from the latest snapshot."""
+        return json.loads(self.snapshot().schema().to_json())
+
+    def file_delta_schema(self) -> dict:
+        """:attr:`schema` (the files' columns) as Delta's JSON schema (parsed)."""
+        return json.loads(DeltaSchema.from_arrow(self.schema).to_json())
 
     def recorded_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         return _versions(self.snapshot(), self.offset_app_id, partitions)
@@ -348,14 +388,30 @@ class TxnDeltaTable:
         adds = [AddAction(f.path, f.size, dict(f.partition_values), now, True, f.stats) for f in files]
         properties = CommitProperties(app_transactions=txns,
                                       custom_metadata={**(info or {}), COMMIT_MARKER: marker})
+        widened = self._widened(table) if files and self.add_columns else None
         try:
-            table.create_write_transaction(adds, "append", self.schema, self.partition_by or None,
-                                           commit_properties=properties)
+            if widened is None:
+                table.create_write_transaction(adds, "append", self.schema, self.partition_by or None,
+                                               commit_properties=properties)
+            else:  # the new schema's metadata action, the adds, and no file removed (NOTHING_REPLACED)
+                table.create_write_transaction(adds, "overwrite", widened, self.partition_by or None,
+                                               partition_filters=NOTHING_REPLACED, commit_properties=properties)
         except CommitFailedError:
             return False
         except OSError as exc:
             raise StorageUnavailable(self.path, exc) from None
         return True
+
+    def _widened(self, table: DeltaTable) -> DeltaSchema | None:
+        """The snapshot's schema with the columns of :attr:`schema` it lacks, or None when it has
+        them all. Raises SchemaIncompatible when a column changed type."""
+        current = json.loads(table.schema().to_json())
+        ours = self.file_delta_schema()
+        try:
+            widened = widen(current, ours)
+        except ColumnTypeChanged as changed:
+            raise SchemaIncompatible(self.path, str(changed), type_text(current), type_text(ours)) from None
+        return None if widened is current else DeltaSchema.from_json(json.dumps(widened))
 
     @staticmethod
     def _committed_version(table: DeltaTable, marker: str) -> int | None:

@@ -122,3 +122,14 @@ def spark():
     session = get_or_create_spark("scg-tests", {"spark.master": "local[2]"})
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory):
+    """One Confluent-compatible schema registry for the session (Apicurio Registry on loopback,
+    ``pipelines/local/schema_registry.py``): BACKWARD compatibility, ``.url`` its Confluent API."""
+    from pipelines.local.schema_registry import SchemaRegistry
+
+    server = SchemaRegistry(tmp_path_factory.mktemp("schema-registry")).start()
+    yield server
+    server.stop()

@@ -494,6 +494,13 @@ class SinkConfig:
     partition_by: tuple[str, ...] = field(default=(), metadata=key_doc(
         "partition_by", NAMES, "[topic]", "the output table's Delta partition columns",
         "Schema fields, `topic`, `partition`, or columns a transform makes.", default="none"))
+    schema_evolution: str = field(default="fail", metadata=key_doc(
+        "schema_evolution", ENUM, "add_columns", "Delta schema evolution",
+        "What the output table does when the subject's latest version has columns it lacks "
+        "(`format.type` avro or protobuf, `reader_schema: latest`): `fail` stops the stream "
+        "(`SCHEMA_INCOMPATIBLE`, retried until the subject or this setting changes); `add_columns` "
+        "adds them as nullable columns in the commit of the first batch read with that version. "
+        "A changed column type stops the stream either way."))
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,8 @@ SOURCE_KEYS = ("starting_offsets", "max_offsets_per_trigger", "min_offsets_per_t
 READERS = ("spark-kafka", "scg-kafka")
 ZERO_DURATION = re.compile(r"0+\s*(ms|s|m|h|d)?")
 ON_DATA_LOSS = ("fail", "skip")
-SINK_KEYS = ("path", "partition_by", "dead_letter_path")
+SINK_KEYS = ("path", "partition_by", "dead_letter_path", "schema_evolution")
+SCHEMA_EVOLUTION = ("fail", "add_columns")
 TRIGGER_KEYS = ("processing_time", "available_now")
 METRICS_KEYS = ("enabled", "port", "host")
 STORAGE_KEYS = ("endpoint", "region", "access_key_id", "secret_access_key", "secret_access_key_file",
@@ -128,6 +129,8 @@ def validate_pipeline(root: Node | None, file: str, source_file: Path, env: Mapp
         attempt(_check_reader_warm_up, top, source)
     if fmt is not None:
         attempt(_check_field_names, top, source, fmt)
+    if fmt is not None and sink is not None:
+        attempt(_check_schema_evolution, top, sink, fmt)
     checkpoint_root = attempt(_checkpoint_root, top, sink)
     spark = attempt(settings_map, top.get("spark"), "spark")
     storage = attempt(_storage, top)
@@ -482,6 +485,28 @@ def _check_reader_warm_up(ctx: Ctx, top: Section, source: SourceConfig) -> None:
                  fields=("source.warm_up_limit", "source.reader"))
 
 
+def _check_schema_evolution(ctx: Ctx, top: Section, sink: SinkConfig, fmt: FormatConfig) -> None:
+    """``sink.schema_evolution: add_columns`` follows the registry subject's latest version: it
+    needs a registry format read with ``reader_schema: latest``, and no transform (a transform
+    decides the output's columns itself)."""
+    if sink.schema_evolution != "add_columns":
+        return
+    line, path = top.section("sink", SINK_KEYS).line_of("schema_evolution")
+    if fmt.type not in ("avro", "protobuf"):
+        ctx.fail(line, path, C.CONFLICTING_FIELDS,
+                 f"schema_evolution add_columns follows a schema registry subject; format type {fmt.type} has "
+                 "none (use format.type avro or protobuf, or remove it)", fields=("sink.schema_evolution", "format.type"))
+    if fmt.reader_schema != "latest":
+        ctx.fail(line, path, C.CONFLICTING_FIELDS,
+                 "schema_evolution add_columns follows the subject's latest version; format.reader_schema "
+                 f"pins {fmt.reader_schema!r} (set it to latest, or remove schema_evolution)",
+                 fields=("sink.schema_evolution", "format.reader_schema"))
+    if top.get("transform") is not None:
+        ctx.fail(line, path, C.CONFLICTING_FIELDS,
+                 "schema_evolution add_columns needs the output columns to be the records' fields; a "
+                 "transform chooses its own", fields=("sink.schema_evolution", "transform"))
+
+
 RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "key_bytes")  # records.py output
 
 
@@ -561,11 +586,13 @@ def _sink(ctx: Ctx, top: Section, columns: tuple[str, ...] | None) -> SinkConfig
         dead = ctx.attempt(_table_location, sec.get("dead_letter_path"), sec.sub("dead_letter_path")) \
             if sec.get("dead_letter_path") else None
         partition_by = ctx.attempt(_partition_by, sec, columns)
+        evolution = (ctx.attempt(as_enum, sec.get("schema_evolution"), sec.sub("schema_evolution"), SCHEMA_EVOLUTION)
+                     if sec.get("schema_evolution") is not None else "fail")
     dead = dead or f"{path}_dead_letters"  # as safe for delta-rs as path is
     if _same_or_inside(dead, path) or _same_or_inside(path, dead):
         ctx.fail(*sec.line_of("dead_letter_path"), C.CONFLICTING_FIELDS,
                  "dead_letter_path must be outside sink.path (and not contain it)", fields=("path", "dead_letter_path"))
-    return SinkConfig(path=path, dead_letter_path=dead, partition_by=partition_by)
+    return SinkConfig(path=path, dead_letter_path=dead, partition_by=partition_by, schema_evolution=evolution)
 
 
 def _table_location(ctx: Ctx, node: Node, path: str) -> str:

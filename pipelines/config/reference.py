@@ -41,6 +41,7 @@ CHOICES: Mapping[str, tuple[str, ...]] = {
     "source.reader": validator.READERS,
     "format.type": validator.FORMAT_TYPES,
     "format.subject_naming": validator.SUBJECT_NAMING,
+    "sink.schema_evolution": validator.SCHEMA_EVOLUTION,
 }
 _UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1))
 

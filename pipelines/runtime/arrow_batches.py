@@ -115,14 +115,16 @@ def arrow_batches(spark, fmt: RecordFormat, transform: str | None, client_config
     """The batch writer's ``prepare`` for an ``scg-kafka`` query: :class:`ArrowKafkaBatch` when
     the pipeline has no transform and its records are decoded in Arrow
     (:func:`~pipelines.runtime.arrow_records.arrow_decodable`), else None (the Spark SQL path).
+    A batch is decoded with the format it is prepared with (``fmt`` or one that follows it: the
+    same kind, another reader schema).
     ``client_config``: the source's librdkafka settings; ``task_slots()``: the cores the
     application has now."""
     if transform or not arrow_decodable(fmt):
         return None
     from pipelines.runtime.batch_writer import without_partitions
 
-    def prepare(batch_df, ranges, left_out) -> ArrowKafkaBatch:
-        fallback = SparkBatch(without_partitions(batch_df, left_out), fmt, transform)
-        return ArrowKafkaBatch(spark, tuple(ranges), fmt, dict(client_config), max(1, task_slots()), fallback)
+    def prepare(batch_df, ranges, left_out, batch_fmt: RecordFormat) -> ArrowKafkaBatch:
+        fallback = SparkBatch(without_partitions(batch_df, left_out), batch_fmt, transform)
+        return ArrowKafkaBatch(spark, tuple(ranges), batch_fmt, dict(client_config), max(1, task_slots()), fallback)
 
     return prepare

@@ -39,7 +39,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import pyarrow as pa
@@ -47,8 +47,10 @@ import pyarrow as pa
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.records import (DEAD_LETTER, OUTPUT, REASON, RecordFormat, classify,
                                        dead_letters, good_rows, kafka_row_ddl, split_rows)
+from pipelines.runtime.partition_checks import stopped_metadata
+from pipelines.runtime.schema_follower import BatchSchema
 from sinks.data_files import METADATA_DDL, DataFileWriter, WrittenFiles, metadata_batch
-from sinks.txn_table import CommitPlan, CommitResult, FencedWriterError, TxnDeltaTable
+from sinks.txn_table import CommitPlan, CommitResult, FencedWriterError, SchemaIncompatible, TxnDeltaTable
 
 
 @dataclass(frozen=True)
@@ -453,12 +455,16 @@ class BatchWriter:
                  refused: Callable[[int, FencedWriterError], None],
                  hooks: BatchHooks = NO_HOOKS,
                  check_sources: Callable[[tuple[OffsetRange, ...]], None] = lambda ranges: None,
-                 prepare: Callable[[object, tuple[OffsetRange, ...], frozenset[TopicPartition]], PreparedBatch]
-                 | None = None):
-        """``prepare(batch_df, ranges, left_out)``: how a micro-batch over the planned ``ranges``
-        (those of the partitions ``left_out`` taken out) is planned for writing (default: the
-        Spark plan of :meth:`_prepare`)."""
+                 prepare: Callable[[object, tuple[OffsetRange, ...], frozenset[TopicPartition], RecordFormat],
+                                   PreparedBatch] | None = None,
+                 follow: Callable[[], BatchSchema] | None = None):
+        """``prepare(batch_df, ranges, left_out, fmt)``: how a micro-batch over the planned
+        ``ranges`` (those of the partitions ``left_out`` taken out), decoded with ``fmt``, is planned
+        for writing (default: the Spark plan of :meth:`_prepare`). ``follow()``: the record format
+        and output table of the next batch (a reader schema that follows its registry subject,
+        :mod:`pipelines.runtime.schema_follower`); default: ``fmt`` and ``targets.table`` always."""
         self.fmt, self.transform, self.targets = fmt, transform, targets
+        self.follow = follow
         self.offset_log, self.commit_kafka, self.report = offset_log, commit_kafka, report
         self.refused, self.hooks, self.check_sources = refused, hooks, check_sources
         self.gate = BatchGate()
@@ -509,13 +515,18 @@ class BatchWriter:
 
     def _write(self, batch_df, batch_id: int, ranges: tuple[OffsetRange, ...], started: float,
                left_out: frozenset[TopicPartition]) -> None:
-        batch = self.prepare(batch_df, ranges, left_out)
+        fmt, targets = self.fmt, self.targets
+        if self.follow is not None:
+            followed = self._followed(ranges)
+            fmt, targets = followed.fmt, replace(targets, table=followed.table)
+        batch = self.prepare(batch_df, ranges, left_out, fmt)
         source_checked = functools.cache(lambda: self.check_sources(ranges))  # once the rows were read
         try:
             self.hooks.before_commit(batch_id, ranges)
             try:
-                committed = self._one_pass(batch, ranges, batch_id, source_checked) if batch.one_pass else None
-                dead_result, result = committed or self._two_passes(batch, ranges, batch_id, source_checked)
+                committed = (self._one_pass(batch, targets, ranges, batch_id, source_checked)
+                             if batch.one_pass else None)
+                dead_result, result = committed or self._two_passes(batch, targets, ranges, batch_id, source_checked)
             except FencedWriterError as refused:
                 self.refused(batch_id, refused)
                 raise
@@ -528,23 +539,36 @@ class BatchWriter:
                                 time.monotonic() - started, result.commit_s + dead_result.commit_s,
                                 committed, dict(dead_result.counts)))
 
-    def prepare(self, batch_df, ranges: tuple[OffsetRange, ...],
-                left_out: frozenset[TopicPartition] = frozenset()) -> PreparedBatch:
-        """Micro-batch ``batch_df`` over ``ranges``, planned for writing as this writer writes it."""
-        return self._prepare_batch(batch_df, ranges, left_out)
+    def _followed(self, ranges: tuple[OffsetRange, ...]) -> BatchSchema:
+        """The batch's :attr:`follow` answer; when the table cannot take the batch's schema, its
+        partitions are committed to Kafka where they stand (nothing moves) with metadata naming
+        the condition, for ``scg describe``, and SchemaIncompatible is raised."""
+        try:
+            return self.follow()
+        except SchemaIncompatible as stopped:
+            standing = {r.tp: r.start for r in ranges if r.end > r.start}
+            if standing:
+                self.commit_kafka(standing, stopped_metadata(stopped.condition, stopped.detail))
+            raise
 
-    def _prepare(self, batch_df, ranges: tuple[OffsetRange, ...], left_out: frozenset[TopicPartition]) -> PreparedBatch:
+    def prepare(self, batch_df, ranges: tuple[OffsetRange, ...],
+                left_out: frozenset[TopicPartition] = frozenset(), fmt: RecordFormat | None = None) -> PreparedBatch:
+        """Micro-batch ``batch_df`` over ``ranges``, planned for writing as this writer writes it
+        (decoded with ``fmt``, default the writer's)."""
+        return self._prepare_batch(batch_df, ranges, left_out, fmt or self.fmt)
+
+    def _prepare(self, batch_df, ranges: tuple[OffsetRange, ...], left_out: frozenset[TopicPartition],
+                 fmt: RecordFormat) -> PreparedBatch:
         """The batch as Spark plans it (nothing is computed yet), without the records of the
         partitions ``left_out``."""
-        return SparkBatch(without_partitions(batch_df, left_out), self.fmt, self.transform)
+        return SparkBatch(without_partitions(batch_df, left_out), fmt, self.transform)
 
-    def _one_pass(self, batch: PreparedBatch, ranges: tuple[OffsetRange, ...], batch_id: int,
+    def _one_pass(self, batch: PreparedBatch, targets: TableTargets, ranges: tuple[OffsetRange, ...], batch_id: int,
                   check_sources: Callable[[], None]) -> tuple[CommitResult, CommitResult] | None:
         """Both tables' files from one read of the batch, then the dead-letter and output commits.
         None when the dead-letter table already decided records of this batch (a retry after its
         commit: the output must follow its decisions) or when a table's plan changed before its
         commit; the two passes decide then, and the files written here stay unreferenced."""
-        targets = self.targets
         dead_plan = targets.dead_table.plan(ranges, targets.dead_epochs)
         if _decided_ranges(ranges, dead_plan.replayed):
             return None
@@ -575,11 +599,10 @@ class BatchWriter:
 
         return table.commit_files(ranges, epochs, write, planned)
 
-    def _two_passes(self, batch: PreparedBatch, ranges: tuple[OffsetRange, ...], batch_id: int,
-                    check_sources: Callable[[], None]) -> tuple[CommitResult, CommitResult]:
+    def _two_passes(self, batch: PreparedBatch, targets: TableTargets, ranges: tuple[OffsetRange, ...],
+                    batch_id: int, check_sources: Callable[[], None]) -> tuple[CommitResult, CommitResult]:
         """Dead letters written and committed first, then the output rows that follow the
         dead-letter table's decisions."""
-        targets = self.targets
         dead_result = self._write_and_commit(targets.dead_table, batch.dead, ranges,
                                              targets.dead_epochs, batch_id, check_sources)
         output = batch.output(self._decided(ranges, dead_result))

@@ -22,8 +22,9 @@ from groupmgr.core import TopicPartition
 from groupmgr.kafka_faults import Backoff
 from pipelines.runtime.at_once import at_once
 from pipelines.runtime.batch_writer import TableTargets
-from pipelines.runtime.partition_checks import (DATA_LOSS_REASON, STOPPED_METADATA, PartitionLog,
-                                                PartitionVerdict, check_partition, lost_range_value)
+from pipelines.runtime.partition_checks import (DATA_LOSS_REASON, PartitionLog,
+                                                PartitionVerdict, check_partition, lost_range_value,
+                                                stopped_metadata)
 from pipelines.runtime.start_offsets import choose_start_offset
 
 log = logging.getLogger("scg.runner")
@@ -208,7 +209,7 @@ class OwnedPartitions:
         """Commit the table's offset of ``tp`` (never more than the table holds) with metadata
         naming why it is stopped; best effort."""
         if offset is not None:
-            self._commit({tp: offset}, f"{STOPPED_METADATA}{verdict.condition}: {verdict.detail}"[:1000])
+            self._commit({tp: offset}, stopped_metadata(verdict.condition, verdict.detail))
 
 
 def _with_int_timestamps(schema: pa.Schema) -> pa.Schema:

@@ -38,6 +38,13 @@ DATA_LOSS = "KAFKA_DATA_LOSS"
 NO_STARTING_OFFSET = "NO_STARTING_OFFSET"
 DATA_LOSS_REASON = "data_loss"  # the dead-letter reason of a lost-range marker row
 STOPPED_METADATA = "scg:stopped:"  # Kafka commit metadata prefix of a stopped partition (scg describe reads it)
+METADATA_LIMIT = 1000               # characters of Kafka commit metadata a broker takes by default (4096 max)
+
+
+def stopped_metadata(condition: str, detail: str) -> str:
+    """The Kafka commit metadata of a partition stopped under ``condition`` (``scg describe``
+    shows it as ``stopped: <condition>: <detail>``)."""
+    return f"{STOPPED_METADATA}{condition}: {detail}"[:METADATA_LIMIT]
 
 
 class SourceChanged(ScgError):

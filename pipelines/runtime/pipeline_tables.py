@@ -15,6 +15,7 @@ Key column compatibility: output tables created before ``key_bytes`` existed (ke
 """
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from pipelines.runtime.pipeline_spec import PipelineSpec
 from pipelines.runtime.protobuf_types import ProtobufFormat
 from pipelines.runtime.records import HEADERS, RecordFormat, classify, dead_letters, good_rows, kafka_row_ddl
 from pipelines.runtime.registry_client import RegistrySchemas
+from pipelines.runtime.schema_follower import BatchSchema, SchemaFollower
 from sinks.txn_table import STARTUP_STORAGE_OPTIONS, StorageUnavailable, TxnDeltaTable
 
 COORDINATE_COLUMNS = ("topic", "partition", "offset")
@@ -91,6 +93,7 @@ class PipelineTables:
     dead_table: TxnDeltaTable
     source_options: Mapping[str, str] = field(repr=False)
     trigger: Mapping = field(default_factory=dict)
+    schema_follower: SchemaFollower | None = None  # a registry reader schema that follows its subject
 
 
 @dataclass(frozen=True)
@@ -103,18 +106,20 @@ class OutputShape:
     dead_letter_schema: pa.Schema
 
 
-def record_format(config: PipelineSpec) -> RecordFormat:
-    """How ``config``'s records are decoded; a reader schema from the registry (Avro, Protobuf)
-    is fetched now (SubjectNotFoundError, RegistryUnavailableError)."""
+def record_format(config: PipelineSpec, reader_text: str | None = None) -> RecordFormat:
+    """How ``config``'s records are decoded. An Avro or Protobuf reader schema is ``reader_text``
+    when given, else the configured one: a file, or the registry's, fetched now
+    (SubjectNotFoundError, RegistryUnavailableError)."""
     fmt = config.format
     framed = None
     if fmt.type in ("avro", "protobuf"):
         settings = fmt.registry_settings()
         reader = fmt.reader_schema
-        if reader == "latest" or reader.isdigit():
-            topic = config.topics[0] if config.topics else ""
-            text = RegistrySchemas(settings).reader_schema_text(
-                fmt.registry_subject(topic), None if reader == "latest" else int(reader))
+        if reader_text is not None:
+            text = reader_text
+        elif reader == "latest" or reader.isdigit():
+            text = RegistrySchemas(settings).subject_version(
+                reader_subject(config), None if reader == "latest" else int(reader)).text
         else:
             text = Path(reader).read_text(encoding="utf-8")
         framed = (AvroFormat(json.dumps(json.loads(text), sort_keys=True), settings) if fmt.type == "avro"
@@ -122,13 +127,20 @@ def record_format(config: PipelineSpec) -> RecordFormat:
     return RecordFormat(fmt.type, fmt.schema_ddl(), fmt.max_value_bytes, config.source.include_headers, framed)
 
 
-def analyse_output(config: PipelineSpec, spark) -> OutputShape:
-    """Parse and transform an empty Kafka DataFrame as the query would; raises
-    TransformInvalidError, TransformShapeError or PartitionColumnMissingError (all CONFIG)."""
+def reader_subject(config: PipelineSpec) -> str:
+    """The registry subject of the reader schema (Avro, Protobuf): ``format.subject``, or the one
+    ``format.subject_naming`` gives the first topic."""
+    return config.format.registry_subject(config.topics[0] if config.topics else "")
+
+
+def analyse_output(config: PipelineSpec, spark, fmt: RecordFormat | None = None) -> OutputShape:
+    """Parse and transform an empty Kafka DataFrame as the query would, with ``fmt`` (default:
+    :func:`record_format`); raises TransformInvalidError, TransformShapeError or
+    PartitionColumnMissingError (all CONFIG)."""
     from pyspark.errors import PySparkException
     from pyspark.logger import PySparkLogger
 
-    fmt = record_format(config)
+    fmt = fmt or record_format(config)
     empty = spark.createDataFrame([], kafka_row_ddl(fmt.headers))
     classified = classify(empty, fmt)
     rows = good_rows(classified, fmt)
@@ -157,14 +169,29 @@ def open_tables(config: PipelineSpec, spark) -> PipelineTables:
     existing tables gain the columns of :func:`add_new_columns` they lack."""
     shape = analyse_output(config, spark)
     storage = config.storage.delta_storage_options()
+    add_columns = config.sink.schema_evolution == "add_columns"
     table = TxnDeltaTable(config.sink.path, config.name, shape.output_schema,
-                          config.sink.partition_by, storage_options=storage)
+                          config.sink.partition_by, storage_options=storage, add_columns=add_columns)
     dead = TxnDeltaTable(config.sink.dead_letter_path, config.name, shape.dead_letter_schema,
                          storage_options=storage, count_by="reason")
     for each in (table, dead):
         add_new_columns(each)
     options = {**config.kafka.spark_kafka_options(), **config.source.spark_options()}
-    return PipelineTables(shape.record_format, table, dead, options, config.trigger.spark_trigger_kwargs())
+    return PipelineTables(shape.record_format, table, dead, options, config.trigger.spark_trigger_kwargs(),
+                          schema_follower(config, spark, BatchSchema(shape.record_format, table)))
+
+
+def schema_follower(config: PipelineSpec, spark, start: BatchSchema) -> SchemaFollower | None:
+    """The follower of ``config``'s reader schema, when it is a registry subject's latest version."""
+    if start.fmt.framed is None or config.format.reader_schema != "latest":
+        return None
+    add_columns = config.sink.schema_evolution == "add_columns"
+
+    def table_for(fmt: RecordFormat) -> TxnDeltaTable:
+        return start.table.with_schema(analyse_output(config, spark, fmt).output_schema, add_columns)
+
+    return SchemaFollower(RegistrySchemas(start.fmt.framed.registry), reader_subject(config), add_columns,
+                          start, functools.partial(record_format, config), table_for)
 
 
 def add_new_columns(table: TxnDeltaTable) -> list[str]:

@@ -194,7 +194,8 @@ class ReaderMode(abc.ABC):
         self.refused_batch = None
         self.writer = BatchWriter(ctx.tables.record_format, ctx.config.transform, targets, offset_log,
                                   ctx.commit, report or ctx.report, self._on_refused, ctx.hooks,
-                                  check_sources=self.check_sources, prepare=prepare)
+                                  check_sources=self.check_sources, prepare=prepare,
+                                  follow=ctx.tables.schema_follower.for_batch if ctx.tables.schema_follower else None)
         return self.writer
 
     def _on_refused(self, batch_id: int, error: Exception) -> None:

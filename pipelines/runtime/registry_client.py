@@ -35,7 +35,8 @@ class RegistrySettings:
 
     def client_config(self) -> dict[str, Any]:
         """confluent-kafka's ``SchemaRegistryClient`` settings (secrets revealed)."""
-        config: dict[str, Any] = {"url": self.url, "timeout": REQUEST_TIMEOUT_S, "max.retries": 2}
+        config: dict[str, Any] = {"url": self.url, "timeout": REQUEST_TIMEOUT_S, "max.retries": 2,
+                                  "cache.latest.ttl.sec": 0}  # a subject's latest version is asked each time
         if self.username is not None:
             config["basic.auth.user.info"] = f"{self.username}:{self.password or ''}"
         if self.bearer_token is not None:
@@ -81,6 +82,16 @@ class SubjectNotFoundError(ScgError):
         super().__init__(f"schema registry {url} has no {which} of subject {subject!r}")
 
 
+@dataclass(frozen=True)
+class SubjectVersion:
+    """One version of a subject: its number, the id of its schema, and the schema's text."""
+
+    subject: str
+    version: int
+    schema_id: int
+    text: str = field(repr=False)
+
+
 class RegistrySchemas:
     """One registry's schemas in this process: each id asked once (a found schema and a 404 are
     both kept; a failure is not). Thread-safe."""
@@ -105,16 +116,17 @@ class RegistrySchemas:
                 self._by_id[schema_id] = self._ask(lambda client: client.get_schema(schema_id).schema_str)
             return self._by_id[schema_id]
 
-    def reader_schema_text(self, subject: str, version: int | None) -> str:
-        """The text of ``subject``'s ``version`` (None: its latest); SubjectNotFoundError if none."""
+    def subject_version(self, subject: str, version: int | None) -> SubjectVersion:
+        """``subject``'s ``version`` (None: its latest, asked again at every call);
+        SubjectNotFoundError if none."""
         def ask(client):
             registered = client.get_latest_version(subject) if version is None else client.get_version(subject, version)
-            return registered.schema.schema_str
+            return SubjectVersion(subject, registered.version, registered.schema_id, registered.schema.schema_str)
 
-        text = self._ask(ask)
-        if text is MISSING:
+        found = self._ask(ask)
+        if found is MISSING:
             raise SubjectNotFoundError(self.settings.url, subject, version)
-        return text
+        return found
 
     def _ask(self, request) -> Any:
         from confluent_kafka.schema_registry.error import SchemaRegistryError

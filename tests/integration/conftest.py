@@ -31,14 +31,3 @@ def secure_kafka(tmp_path_factory):
     yield state
     gc.collect()  # Kafka clients held only by reference cycles close now, not after the broker is gone
     cluster.stop()
-
-
-@pytest.fixture(scope="session")
-def schema_registry(tmp_path_factory):
-    """One Confluent-compatible schema registry for the session (Apicurio Registry on loopback,
-    ``pipelines/local/schema_registry.py``): BACKWARD compatibility, ``.url`` its Confluent API."""
-    from pipelines.local.schema_registry import SchemaRegistry
-
-    server = SchemaRegistry(tmp_path_factory.mktemp("schema-registry")).start()
-    yield server
-    server.stop()

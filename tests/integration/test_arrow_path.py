@@ -86,8 +86,8 @@ def _write(table, dead, fmt, ranges, batch_df, transform=None, prepare=None):
     targets = TableTargets(table, dead, table.claim(tps), dead.claim(tps))
     prepared = []
 
-    def recording(df, planned, left_out):
-        batch = prepare(df, planned, left_out)
+    def recording(df, planned, left_out, fmt):
+        batch = prepare(df, planned, left_out, fmt)
         prepared.append(batch)
         return batch
 

@@ -47,7 +47,7 @@ def make_writer(calls, table_error=None, one_pass=True):
                          commit_kafka=lambda offsets, meta: calls.append(("kafka", offsets, meta)) or True,
                          report=lambda report: calls.append("report"),
                          refused=lambda batch_id, err: calls.append("refused"),
-                         prepare=lambda df, ranges, left_out: ReleaseRecorded(
+                         prepare=lambda df, ranges, left_out, fmt: ReleaseRecorded(
                              pa.table({"offset": [0, 1], "reason": [None, None]}), pa.table({"offset": []}),
                              calls, one_pass))
     return writer
@@ -205,7 +205,7 @@ def delta_tables(tmp_path):
 
 
 def real_writer(targets, planned, batches, calls):
-    def prepare(batch_df, ranges, left_out):  # as SparkBatch(without_partitions(batch_df, left_out)) would
+    def prepare(batch_df, ranges, left_out, fmt):  # as SparkBatch(without_partitions(batch_df, left_out)) would
         good, dead = (_without(rows, left_out) for rows in batches.pop(0))
         calls.append(("prepared without", left_out))
         return ArrowBatch(good.append_column("reason", pa.nulls(good.num_rows, pa.string())), dead)
@@ -341,7 +341,7 @@ def test_a_retry_with_other_settings_keeps_every_record_in_exactly_one_table(del
         return BatchWriter(RecordFormat("raw", None, 1024), None, delta_tables, PlannedLog(planned),
                            commit_kafka=lambda offsets, meta: True, report=lambda report: None,
                            refused=lambda batch_id, err: None, hooks=hooks,
-                           prepare=lambda df, ranges, left_out: attempts.pop(0))
+                           prepare=lambda df, ranges, left_out, fmt: attempts.pop(0))
 
     with pytest.raises(OSError):
         writer(BatchHooks(files_written=FailSecondTableOnce()))(None, 0)
@@ -382,7 +382,7 @@ def test_a_plan_changed_after_the_one_pass_write_is_decided_again_in_two_passes(
                                delta_tables.dead_epochs, committed_dead={2})
     writer = BatchWriter(RecordFormat("raw", None, 1024), None, delta_tables, PlannedLog(planned),
                          commit_kafka=lambda offsets, meta: True, report=lambda report: None,
-                         refused=lambda batch_id, err: None, prepare=lambda df, ranges, left_out: batch)
+                         refused=lambda batch_id, err: None, prepare=lambda df, ranges, left_out, fmt: batch)
     writer(None, 0)
     out, dead = coordinates(delta_tables.table.path), coordinates(delta_tables.dead_table.path)
     assert dead == [("t", 0, 2)]

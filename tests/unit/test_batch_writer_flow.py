@@ -78,7 +78,7 @@ def writer_for(targets, planned, batch, one_pass=True, **kwargs):
     """A BatchWriter over ``planned`` ranges whose batches are ``batch`` = (output rows, dead letters)."""
     seen = {"prepared": [], "kafka": [], "reports": [], "refused": [], "writes": []}
 
-    def prepare(batch_df, ranges, left_out):
+    def prepare(batch_df, ranges, left_out, fmt):
         seen["prepared"].append(batch_df)
         return CountedBatch(batch[0], batch[1], one_pass, seen["writes"])
 
