@@ -20,8 +20,9 @@ ours fail (``CommitFailedError``); we re-read and re-decide, reusing the files w
 unchanged and writing again when it is not (the first files stay unreferenced). Two writers of a
 partition never both win. A table opened with ``add_columns`` commits files that carry columns it
 lacks together with the new schema (nullable columns added, :mod:`sinks.schema_widening`): the
-schema changes in the commit of the first rows that have them, and no file is removed. Thread safety: a TxnDeltaTable keeps no state between calls, so threads
-may share one; each call works on a snapshot of its own.
+schema changes in the commit of the first rows that have them, and no file is removed. Thread
+safety: a TxnDeltaTable keeps no state between calls, so threads may share one; each call works
+on a snapshot of its own.
 """
 from __future__ import annotations
 
