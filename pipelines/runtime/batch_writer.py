@@ -47,10 +47,9 @@ import pyarrow as pa
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.records import (DEAD_LETTER, OUTPUT, REASON, RecordFormat, classify,
                                        dead_letters, good_rows, kafka_row_ddl, split_rows)
-from pipelines.runtime.partition_checks import stopped_metadata
 from pipelines.runtime.schema_follower import BatchSchema
 from sinks.data_files import METADATA_DDL, DataFileWriter, WrittenFiles, metadata_batch
-from sinks.txn_table import CommitPlan, CommitResult, FencedWriterError, SchemaIncompatible, TxnDeltaTable
+from sinks.txn_table import CommitPlan, CommitResult, FencedWriterError, TxnDeltaTable
 
 
 @dataclass(frozen=True)
@@ -517,7 +516,7 @@ class BatchWriter:
                left_out: frozenset[TopicPartition]) -> None:
         fmt, targets = self.fmt, self.targets
         if self.follow is not None:
-            followed = self._followed(ranges)
+            followed = self.follow()
             fmt, targets = followed.fmt, replace(targets, table=followed.table)
         batch = self.prepare(batch_df, ranges, left_out, fmt)
         source_checked = functools.cache(lambda: self.check_sources(ranges))  # once the rows were read
@@ -538,18 +537,6 @@ class BatchWriter:
                                 dead_result.rows_written, result.table_version,
                                 time.monotonic() - started, result.commit_s + dead_result.commit_s,
                                 committed, dict(dead_result.counts)))
-
-    def _followed(self, ranges: tuple[OffsetRange, ...]) -> BatchSchema:
-        """The batch's :attr:`follow` answer; when the table cannot take the batch's schema, its
-        partitions are committed to Kafka where they stand (nothing moves) with metadata naming
-        the condition, for ``scg describe``, and SchemaIncompatible is raised."""
-        try:
-            return self.follow()
-        except SchemaIncompatible as stopped:
-            standing = {r.tp: r.start for r in ranges if r.end > r.start}
-            if standing:
-                self.commit_kafka(standing, stopped_metadata(stopped.condition, stopped.detail))
-            raise
 
     def prepare(self, batch_df, ranges: tuple[OffsetRange, ...],
                 left_out: frozenset[TopicPartition] = frozenset(), fmt: RecordFormat | None = None) -> PreparedBatch:

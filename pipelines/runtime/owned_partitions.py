@@ -205,6 +205,22 @@ class OwnedPartitions:
         self.note_stopped(checks, self.stopped_except(due))
         return False
 
+    def publish_waiting(self, condition: str, detail: str) -> None:
+        """The owned partitions that are not stopped wait on a transient fault (a batch retried
+        with backoff): commit each one's table offset with metadata naming ``condition`` and
+        ``detail``, for ``scg describe`` (the next batch's commit replaces it). Best effort: when
+        the table or the group cannot be reached now, nothing is published."""
+        waiting = [tp for tp in self.partitions if tp not in self.stopped]
+        if not waiting:
+            return
+        try:
+            recorded = self._tables.table.recorded_offsets(waiting)
+            offsets = {tp: offset for tp, offset in recorded.items() if offset is not None}
+            if offsets:
+                self._commit(offsets, stopped_metadata(condition, detail))
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            log.debug("publishing what the partitions wait on failed: %s", exc)
+
     def _publish_stopped(self, tp: TopicPartition, verdict: PartitionVerdict, offset: int | None) -> None:
         """Commit the table's offset of ``tp`` (never more than the table holds) with metadata
         naming why it is stopped; best effort."""

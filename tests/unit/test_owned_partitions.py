@@ -236,3 +236,27 @@ def test_a_refusal_of_an_older_claim_of_this_member_s_is_told_from_another_membe
     assert parts.claimed_since(refusal)
     TxnDeltaTable(str(tmp_path / "dead"), "app", DEAD).claim([TP])  # epochs are per table
     assert not parts.claimed_since(_refusal(tables.dead_table, {TP: 0}))
+
+
+def test_partitions_waiting_on_a_transient_fault_are_published_at_the_table_s_offsets(tmp_path):
+    """For scg describe: the partitions a retried batch holds back, at the table's offsets; the
+    stopped ones keep their own condition; a never-written partition has no offset to commit."""
+    t1, t2 = TopicPartition("t", 1), TopicPartition("t", 2)
+    parts, tables, _, commits = owned(tmp_path, {})
+    parts.assign([TP, t1, t2])
+    epochs = tables.table.claim([TP, t1])
+    tables.table.commit(pa.table({"topic": ["t"], "partition": [0], "offset": [6], "v": ["x"]}, schema=OUTPUT),
+                        [OffsetRange("t", 0, 6, 7)], epochs)
+    parts.note_stopped(PartitionChecks([PartitionVerdict(t1, None, condition="LEADER_NOT_AVAILABLE", detail="gone")],
+                                       recorded_offsets={t1: 3}))
+    commits.clear()
+    parts.publish_waiting("SCHEMA_INCOMPATIBLE", "version 4 of subject t-value cannot be written")
+    assert commits == [({TP: 7}, "scg:stopped:SCHEMA_INCOMPATIBLE: version 4 of subject t-value cannot be written")]
+
+
+def test_publishing_what_partitions_wait_on_is_best_effort(tmp_path):
+    parts, tables, _, commits = owned(tmp_path, {TP: None})
+    parts.assign([TP])
+    tables.table.recorded_offsets = lambda partitions: (_ for _ in ()).throw(OSError("storage down"))
+    parts.publish_waiting("STORAGE_UNAVAILABLE", "down")
+    assert commits == []
