@@ -13,19 +13,21 @@ from pathlib import Path
 
 from pipelines.config.fields import (Ctx, Section, as_enum, as_env_str, as_location, as_positive_int, as_str,
                                      read_secret)
-from pipelines.config.model import FormatConfig, SchemaField, SchemaRegistryConfig
+from pipelines.config.model import FormatConfig, KeyFormatConfig, SchemaField, SchemaRegistryConfig
 from pipelines.config.schema import parse_schema
 from pipelines.config.yaml_nodes import Condition as C
 from pipelines.runtime.avro_types import UnsupportedAvroType, record_schema
 from pipelines.runtime.protobuf_types import ProtobufFormat, UnsupportedProtobufType
 
 FORMAT_KEYS = ("type", "schema", "max_value_bytes", "schema_registry", "reader_schema", "subject",
-               "subject_naming", "record_name", "message")
+               "subject_naming", "record_name", "message", "key")
+KEY_KEYS = ("type", "subject", "reader_schema", "message")
+KEY_TYPES = ("string", "avro", "protobuf")
 FORMAT_TYPES = ("json", "raw", "avro", "protobuf")
 FRAMED_TYPES = ("avro", "protobuf")
 REGISTRY_KEYS = ("url", "username", "password", "password_file", "bearer_token", "bearer_token_file", "ca_file")
 SUBJECT_NAMING = ("topic", "record", "topic_record")
-_FRAMED_ONLY = ("schema_registry", "reader_schema", "subject", "subject_naming", "record_name", "message")
+_FRAMED_ONLY = ("schema_registry", "reader_schema", "subject", "subject_naming", "record_name", "message", "key")
 _REGISTRY_URL = re.compile(r"https?://[^/\s]+(/\S*)?")
 _VERSION = re.compile(r"[1-9][0-9]{0,8}")
 
@@ -69,6 +71,7 @@ def _framed(ctx: Ctx, top: Section, sec: Section, kind: str) -> dict:
         ctx.report(get("message").line, sec.sub("message"), C.CONFLICTING_FIELDS,
                    "format.message is for protobuf; an Avro reader schema is one record", fields=("type", "message"))
     with ctx.independent():
+        key = ctx.attempt(_key, sec) if get("key") is not None else None
         registry = ctx.attempt(_registry, sec)
         message = ctx.attempt(as_str, get("message"), sec.sub("message")) if get("message") is not None else None
         reader = ctx.attempt(_reader_schema, sec, kind, message) if get("reader_schema") is not None else "latest"
@@ -87,8 +90,36 @@ def _framed(ctx: Ctx, top: Section, sec: Section, kind: str) -> dict:
         ctx.fail(*sec.line_of("subject_naming", "reader_schema"), C.MISSING_FIELD,
                  "with several topics or a topic_pattern, give format.subject: the subject whose "
                  "reader_schema every topic's records are read into", key="subject")
+    if key is not None and key.subject is None and key.type != "string" and several and key.reader_schema == "latest":
+        ctx.fail(*sec.section("key", KEY_KEYS).line_of("subject", "type"), C.MISSING_FIELD,
+                 "with several topics or a topic_pattern, give format.key.subject: the subject whose "
+                 "reader schema every topic's keys are read into", key="subject")
     return {"schema_registry": registry, "reader_schema": reader, "subject": subject,
-            "subject_naming": naming, "record_name": record_name, "message": message}
+            "subject_naming": naming, "record_name": record_name, "message": message,
+            **({"key": key} if key is not None else {})}
+
+
+def _key(ctx: Ctx, sec: Section) -> KeyFormatConfig:
+    """``format.key``: the keys' type and, for avro and protobuf, their reader schema."""
+    key = sec.section("key", KEY_KEYS)
+    get = key.get
+    with ctx.independent():
+        kind = ctx.attempt(as_enum, key.need("type"), key.sub("type"), KEY_TYPES)
+        subject = ctx.attempt(as_env_str, get("subject"), key.sub("subject")) if get("subject") is not None else None
+        message = ctx.attempt(as_str, get("message"), key.sub("message")) if get("message") is not None else None
+    if kind is None:
+        return KeyFormatConfig()
+    if kind == "string":
+        for name in ("subject", "reader_schema", "message"):
+            if get(name) is not None:
+                ctx.fail(get(name).line, key.sub(name), C.CONFLICTING_FIELDS,
+                         f"format.key.{name} is for key types avro and protobuf, not string", fields=("type", name))
+        return KeyFormatConfig()
+    if kind == "avro" and message is not None:
+        ctx.fail(get("message").line, key.sub("message"), C.CONFLICTING_FIELDS,
+                 "format.key.message is for protobuf keys", fields=("type", "message"))
+    reader = _reader_schema(ctx, key, kind, message) if get("reader_schema") is not None else "latest"
+    return KeyFormatConfig(type=kind, subject=subject, reader_schema=reader, message=message)
 
 
 def _registry(ctx: Ctx, sec: Section) -> SchemaRegistryConfig:

@@ -405,6 +405,31 @@ class SchemaRegistryConfig:
 
 
 @dataclass(frozen=True)
+class KeyFormatConfig:
+    """How record keys are decoded when they are Avro or Protobuf in the Confluent wire format
+    (the value's registry; the reader schema fixed when the member starts)."""
+
+    type: str = field(default="string", metadata=key_doc(
+        "type", ENUM, "avro", "the output's `key` column",
+        "`string`: the key's bytes as UTF-8 text (null when they are not). `avro`, `protobuf`: the key "
+        "read into its reader schema, a STRUCT; a key that does not decode makes the record a dead "
+        "letter (`key_undecodable`, `key_unknown_schema_id`, ...).", default="`string`"))
+    subject: str | None = field(default=None, metadata=key_doc(
+        "subject", STRING, "orders-key", "the registry subject of the key's reader schema",
+        "", default="`<topic>-key`"))
+    reader_schema: str = field(default="latest", metadata=key_doc(
+        "reader_schema", "`latest`, a version number, or an `.avsc` / `.proto` file", "schemas/order_key.avsc",
+        "the key's reader schema", "As the value's `reader_schema`.", default="`latest`"))
+    message: str | None = field(default=None, metadata=key_doc(
+        "message", STRING, "shop.OrderKey", "the Protobuf message of the key's `reader_schema`",
+        "Protobuf only.", default="the file's first message"))
+
+    def registry_subject(self, topic: str) -> str:
+        """The subject of the key's reader schema for ``topic``."""
+        return self.subject if self.subject is not None else f"{topic}-key"
+
+
+@dataclass(frozen=True)
 class FormatConfig:
     """How record values are decoded: ``json`` with a schema, ``raw`` bytes, or ``avro`` or
     ``protobuf`` in the Confluent wire format with a schema registry."""
@@ -449,6 +474,10 @@ class FormatConfig:
     message: str | None = field(default=None, metadata=key_doc(
         "message", STRING, "shop.Order", "the Protobuf message of `reader_schema` whose fields are the columns",
         "Fully qualified, or relative to the file's package (protobuf only).", default="the file's first message"))
+
+    key: KeyFormatConfig = field(default=KeyFormatConfig(), metadata=key_doc(
+        "key", SECTION, "{type: avro}", "the output's `key` column",
+        "How record keys are decoded (avro and protobuf values only).", default="keys as text"))
 
     def registry_settings(self) -> RegistrySettings | None:
         """The registry as the decoders take it (secrets revealed; never shown), or None."""

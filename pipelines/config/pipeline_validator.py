@@ -47,8 +47,8 @@ from pipelines.config.fields import (AssignorLookup, Ctx, Section, as_bool, as_d
                                      settings_map, suggest, unique, wrong_type)
 from pipelines.config.yaml_nodes import Condition as C
 from pipelines.config.yaml_nodes import Node, child_path
-from pipelines.config.format_section import (FORMAT_KEYS, FORMAT_TYPES, REGISTRY_KEYS, SUBJECT_NAMING,
-                                             framed_field_names, parse_format)
+from pipelines.config.format_section import (FORMAT_KEYS, FORMAT_TYPES, KEY_KEYS, KEY_TYPES, REGISTRY_KEYS,
+                                             SUBJECT_NAMING, framed_field_names, parse_format)
 from pipelines.config.tls_file_checks import check_tls_files, check_tls_loading
 from pipelines.runtime.client_creation import librdkafka_refusal
 

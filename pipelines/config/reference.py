@@ -27,7 +27,7 @@ REGENERATE = ".venv/bin/python -m pipelines.config.reference > docs/configuratio
 SECTION_KEYS: Mapping[str, tuple[str, ...]] = {
     "": validator.TOP_KEYS, "kafka": validator.KAFKA_KEYS, "kafka.security": validator.SECURITY_KEYS,
     "group": validator.GROUP_KEYS, "source": validator.SOURCE_KEYS, "format": validator.FORMAT_KEYS,
-    "format.schema_registry": validator.REGISTRY_KEYS,
+    "format.schema_registry": validator.REGISTRY_KEYS, "format.key": validator.KEY_KEYS,
     "sink": validator.SINK_KEYS, "trigger": validator.TRIGGER_KEYS, "storage": validator.STORAGE_KEYS,
     "metrics": validator.METRICS_KEYS,
 }
@@ -42,6 +42,7 @@ CHOICES: Mapping[str, tuple[str, ...]] = {
     "format.type": validator.FORMAT_TYPES,
     "format.subject_naming": validator.SUBJECT_NAMING,
     "sink.schema_evolution": validator.SCHEMA_EVOLUTION,
+    "format.key.type": validator.KEY_TYPES,
 }
 _UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1))
 

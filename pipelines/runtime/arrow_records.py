@@ -43,7 +43,8 @@ from pipelines.runtime.avro_records import AvroValues
 from pipelines.runtime.protobuf_records import ProtobufValues
 from pipelines.runtime.records import (EMPTY_VALUE, HEADERS, INVALID_UTF8, MALFORMED_JSON,
                                        MAX_BRACKETS_TOLD_APART, NULL_VALUE, SCHEMA_MISMATCH, TRAILING_DATA,
-                                       VALUE_TOO_LARGE, RecordFormat, framed_decisions, framed_values)
+                                       VALUE_TOO_LARGE, RecordFormat, framed_batch_decisions, framed_reader,
+                                       framed_values)
 
 UNDECODABLE = "undecodable"  # the decoder failed on the value itself (not a parse error)
 MAX_NESTING = 999  # deeper values are malformed: Spark SQL's check parses the value inside one more array,
@@ -377,22 +378,28 @@ class FramedBlockDecoder:
     rows and dead letters (:class:`BlockDecoder`'s interface; the rule of
     :func:`~pipelines.runtime.records.framed_decisions`)."""
 
-    def __init__(self, fmt: RecordFormat, values: AvroValues | ProtobufValues | None = None):
-        """``values``: the reader of ``fmt``'s values (default: one over this process's registry)."""
+    def __init__(self, fmt: RecordFormat, values: AvroValues | ProtobufValues | None = None,
+                 keys: AvroValues | ProtobufValues | None = None):
+        """``values``, ``keys``: the readers of ``fmt``'s values and (when framed) keys (default:
+        ones over this process's registry)."""
         if fmt.framed is None:
             raise ValueError("not a registry-framed record format")
         self.fmt = fmt
         self.values = values or framed_values(fmt)
+        self.keys = keys or (framed_reader(fmt.key_framed) if fmt.key_framed is not None else None)
         self.fields = tuple(FieldSpec(name, "") for name in self.values.schema.names)
 
     def split(self, block: pa.RecordBatch | pa.Table) -> BlockSplit:
         """The block's output rows and dead letters; each record is in exactly one of them.
         Raises RegistryUnavailableError when a writer schema cannot be fetched."""
         rows = block if isinstance(block, pa.Table) else pa.Table.from_batches([block])
-        reasons, records = framed_decisions(rows.column("value").combine_chunks(), self.fmt, self.values)
+        reasons, records, keys = framed_batch_decisions(rows.column("key").combine_chunks(),
+                                                        rows.column("value").combine_chunks(), self.fmt,
+                                                        self.values, self.keys)
         good, dead = pc.is_null(reasons), pc.is_valid(reasons)
         parsed = pa.Table.from_struct_array(records.filter(good))
-        return BlockSplit(output_columns(rows.filter(good), self.fmt, self.fields, parsed),
+        return BlockSplit(output_columns(rows.filter(good), self.fmt, self.fields, parsed,
+                                         None if keys is None else keys.filter(good)),
                           dead_letter_columns(rows.filter(dead), reasons.filter(dead), self.fmt))
 
 
@@ -562,11 +569,12 @@ def _coordinates(rows: pa.Table) -> list[pa.ChunkedArray]:
 
 
 def output_columns(rows: pa.Table, fmt: RecordFormat, fields: Sequence[FieldSpec],
-                   parsed: pa.Table | None) -> pa.Table:
-    """The output table's columns of ``rows`` (Kafka rows): the coordinates, the key, the headers
-    when ``fmt`` keeps them, then ``parsed``'s ``fields`` (the raw value when ``parsed`` is None)."""
+                   parsed: pa.Table | None, decoded_keys: pa.Array | None = None) -> pa.Table:
+    """The output table's columns of ``rows`` (Kafka rows): the coordinates, the key (as text, or
+    ``decoded_keys`` when given), the headers when ``fmt`` keeps them, then ``parsed``'s
+    ``fields`` (the raw value when ``parsed`` is None)."""
     keys = rows.column("key").combine_chunks()
-    arrays = _coordinates(rows) + [key_text(keys), keys]
+    arrays = _coordinates(rows) + [key_text(keys) if decoded_keys is None else decoded_keys, keys]
     names = ["topic", "partition", "offset", "timestamp", "key", "key_bytes"]
     if fmt.headers:
         arrays.append(rows.column(HEADERS))

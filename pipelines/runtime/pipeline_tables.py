@@ -30,7 +30,7 @@ from pipelines.runtime.batch_writer import apply_transform
 from pipelines.runtime.pipeline_spec import PipelineSpec
 from pipelines.runtime.protobuf_types import ProtobufFormat
 from pipelines.runtime.records import HEADERS, RecordFormat, classify, dead_letters, good_rows, kafka_row_ddl
-from pipelines.runtime.registry_client import RegistrySchemas
+from pipelines.runtime.registry_client import RegistrySchemas, RegistrySettings
 from pipelines.runtime.schema_follower import BatchSchema, SchemaFollower
 from sinks.txn_table import STARTUP_STORAGE_OPTIONS, StorageUnavailable, TxnDeltaTable
 
@@ -111,20 +111,33 @@ def record_format(config: PipelineSpec, reader_text: str | None = None) -> Recor
     when given, else the configured one: a file, or the registry's, fetched now
     (SubjectNotFoundError, RegistryUnavailableError)."""
     fmt = config.format
-    framed = None
+    framed = key_framed = None
     if fmt.type in ("avro", "protobuf"):
         settings = fmt.registry_settings()
-        reader = fmt.reader_schema
-        if reader_text is not None:
-            text = reader_text
-        elif reader == "latest" or reader.isdigit():
-            text = RegistrySchemas(settings).subject_version(
-                reader_subject(config), None if reader == "latest" else int(reader)).text
-        else:
-            text = Path(reader).read_text(encoding="utf-8")
-        framed = (AvroFormat(json.dumps(json.loads(text), sort_keys=True), settings) if fmt.type == "avro"
-                  else ProtobufFormat(text, fmt.message, settings))
-    return RecordFormat(fmt.type, fmt.schema_ddl(), fmt.max_value_bytes, config.source.include_headers, framed)
+        text = reader_text if reader_text is not None else _reader_text(settings, fmt.reader_schema,
+                                                                        reader_subject(config))
+        framed = _framed(fmt.type, text, fmt.message, settings)
+        key = fmt.key
+        if key.type != "string":
+            topic = config.topics[0] if config.topics else ""
+            key_text = _reader_text(settings, key.reader_schema, key.registry_subject(topic))
+            key_framed = _framed(key.type, key_text, key.message, settings)
+    return RecordFormat(fmt.type, fmt.schema_ddl(), fmt.max_value_bytes, config.source.include_headers, framed,
+                        key_framed)
+
+
+def _reader_text(settings: RegistrySettings, reader: str, subject: str) -> str:
+    """The text of a reader schema: ``reader`` is ``latest`` or a version of ``subject`` (fetched
+    now), or a file."""
+    if reader == "latest" or reader.isdigit():
+        return RegistrySchemas(settings).subject_version(subject, None if reader == "latest" else int(reader)).text
+    return Path(reader).read_text(encoding="utf-8")
+
+
+def _framed(kind: str, text: str, message: str | None, settings: RegistrySettings) -> AvroFormat | ProtobufFormat:
+    if kind == "avro":
+        return AvroFormat(json.dumps(json.loads(text), sort_keys=True), settings)
+    return ProtobufFormat(text, message, settings)
 
 
 def reader_subject(config: PipelineSpec) -> str:

@@ -31,7 +31,11 @@ Avro and Protobuf (``avro``, ``protobuf``: values in the Confluent wire format) 
 ``null_value`` and ``value_too_large``, the reasons of :mod:`pipelines.runtime.avro_records` and
 :mod:`pipelines.runtime.protobuf_records` (``not_schema_registry_framed``, ``unknown_schema_id``,
 ``incompatible_schema``, ``undecodable``); both paths decode them in Python on the executors
-(:func:`framed_decisions`; the Spark SQL path through ``mapInArrow``).
+(:func:`framed_decisions`; the Spark SQL path through ``mapInArrow``). With ``format.key`` the
+record keys are Avro or Protobuf too: after the value's rule, a key that is there and does not
+decode is a dead letter with the decoder's reason after ``key_`` (``key_not_schema_registry_framed``,
+``key_unknown_schema_id``, ``key_incompatible_schema``, ``key_undecodable``); the output's ``key``
+column is then the decoded key (a STRUCT; null for a record without a key).
 
 The rule is written once, in :func:`reason_rules`, over a record's facts: Spark columns build the
 batch's expression from it (:class:`RecordColumns`), Python values decide one record
@@ -47,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType
@@ -57,6 +62,8 @@ from pipelines.runtime.protobuf_records import ProtobufValues
 from pipelines.runtime.protobuf_types import ProtobufFormat
 
 REASON = "_dead_letter_reason"
+PARSED_KEY = "_parsed_key"       # the decoded key of a classified row, when keys are Avro or Protobuf
+KEY_REASON_PREFIX = "key_"       # a key's dead-letter reason is the decoder's, after this
 CORRUPT = "_corrupt_record"
 OUTPUT, DEAD_LETTER = "output", "dead_letter"  # the struct columns of split_rows
 # The dead-letter reasons of a record (the dead-letter table's ``reason`` column).
@@ -76,6 +83,7 @@ class RecordFormat:
     max_value_bytes: int              # longer values are dead letters (format.max_value_bytes)
     headers: bool = False             # rows carry HEADERS, kept in both tables (source.include_headers)
     framed: AvroFormat | ProtobufFormat | None = None  # reader schema and registry: "avro", "protobuf"
+    key_framed: AvroFormat | ProtobufFormat | None = None  # the key's, when keys are Avro or Protobuf
 
 
 STRICT_JSON = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}  # RFC 8259's JSON
@@ -174,18 +182,51 @@ _CLASSIFIED_COORDINATES = ("topic", "partition", "offset", "timestamp", "_raw_ke
 
 def framed_classified_ddl(fmt: RecordFormat) -> str:
     """The Spark DDL of :func:`classify_framed_batches`' rows: the coordinates, the raw key and
-    value, the headers when kept, the record (``_parsed``) and the reason."""
+    value, the headers when kept, the record (``_parsed``), the decoded key (``_parsed_key``, when
+    keys are framed) and the reason."""
     from pyspark.sql.pandas.types import from_arrow_type
 
     parsed = from_arrow_type(pa.struct(list(fmt.framed.arrow_schema()))).simpleString()
     headers = f", {HEADERS_DDL}" if fmt.headers else ""
+    key = (f", {PARSED_KEY} {from_arrow_type(pa.struct(list(fmt.key_framed.arrow_schema()))).simpleString()}"
+           if fmt.key_framed is not None else "")
     return (f"topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, _raw_key BINARY, "
-            f"_raw_value BINARY{headers}, _parsed {parsed}, {REASON} STRING")
+            f"_raw_value BINARY{headers}, _parsed {parsed}{key}, {REASON} STRING")
 
 
 def framed_values(fmt: RecordFormat) -> AvroValues | ProtobufValues:
     """The reader of a registry-framed format's values (in this process's registry)."""
-    return AvroValues(fmt.framed) if fmt.kind == "avro" else ProtobufValues(fmt.framed)
+    return framed_reader(fmt.framed)
+
+
+def framed_reader(framed: AvroFormat | ProtobufFormat) -> AvroValues | ProtobufValues:
+    """The reader of values framed as ``framed`` says (in this process's registry)."""
+    return AvroValues(framed) if isinstance(framed, AvroFormat) else ProtobufValues(framed)
+
+
+def key_decisions(keys: pa.Array, reader: AvroValues | ProtobufValues) -> tuple[pa.Array, pa.StructArray]:
+    """Each registry-framed key's dead-letter reason (null: a good key; ``key_`` and the
+    decoder's reason otherwise) and decoded key (null for a record without a key, or a bad key)."""
+    reasons: list[str | None] = []
+    decoded: list[dict | None] = []
+    for key in keys.to_pylist():
+        record, reason = (None, None) if key is None else reader.decode(key)
+        reasons.append(None if reason is None else KEY_REASON_PREFIX + reason)
+        decoded.append(record)
+    return pa.array(reasons, pa.string()), pa.array(decoded, pa.struct(list(reader.schema)))
+
+
+def framed_batch_decisions(keys: pa.Array, values: pa.Array, fmt: RecordFormat,
+                           value_reader: AvroValues | ProtobufValues,
+                           key_reader: AvroValues | ProtobufValues | None
+                           ) -> tuple[pa.Array, pa.StructArray, pa.StructArray | None]:
+    """:func:`framed_decisions` of ``values``, then, when keys are framed, :func:`key_decisions` of
+    ``keys``: each record's reason (the value's first, then the key's), record, and decoded key."""
+    reasons, records = framed_decisions(values, fmt, value_reader)
+    if key_reader is None:
+        return reasons, records, None
+    key_reasons, decoded_keys = key_decisions(keys, key_reader)
+    return pc.coalesce(reasons, key_reasons), records, decoded_keys
 
 
 def framed_decisions(values: pa.Array, fmt: RecordFormat,
@@ -213,12 +254,18 @@ def classify_framed_batches(fmt: RecordFormat, batches: Iterator[pa.RecordBatch]
     """``mapInArrow`` over Kafka source rows of a registry-framed format: the rows
     :func:`classify` gives (:func:`framed_classified_ddl`), decoded on the executors."""
     reader = framed_values(fmt)
+    key_reader = framed_reader(fmt.key_framed) if fmt.key_framed is not None else None
     for batch in batches:
-        reasons, records = framed_decisions(batch.column("value"), fmt, reader)
+        reasons, records, keys = framed_batch_decisions(batch.column("key"), batch.column("value"), fmt,
+                                                        reader, key_reader)
         arrays = [batch.column(name) for name in ("topic", "partition", "offset", "timestamp", "key", "value")]
-        names = list(_CLASSIFIED_COORDINATES) + ([HEADERS] if fmt.headers else []) + ["_parsed", REASON]
+        names = list(_CLASSIFIED_COORDINATES) + ([HEADERS] if fmt.headers else []) + ["_parsed"]
         arrays += [batch.column(HEADERS)] if fmt.headers else []
-        yield pa.RecordBatch.from_arrays(arrays + [records, reasons], names=names)
+        arrays.append(records)
+        if keys is not None:
+            arrays.append(keys)
+            names.append(PARSED_KEY)
+        yield pa.RecordBatch.from_arrays(arrays + [reasons], names=names + [REASON])
 
 
 Rule = tuple[str, Callable[[Any], Any]]  # (reason, condition over a record's facts)
@@ -354,7 +401,8 @@ def _output_columns(fmt: RecordFormat, fields: list[str]) -> list[Column]:
     """The output table's columns: the coordinates, the key, the headers (when the format
     keeps them), then ``value`` (raw) or the schema's ``fields`` (json)."""
     coords = [F.col(c) for c in ("topic", "partition", "offset", "timestamp")]
-    coords += [key_text(F.col("_raw_key")).alias("key"), F.col("_raw_key").alias("key_bytes")]
+    key = F.col(PARSED_KEY) if fmt.key_framed is not None else key_text(F.col("_raw_key"))
+    coords += [key.alias("key"), F.col("_raw_key").alias("key_bytes")]
     coords += [F.col(HEADERS)] if fmt.headers else []
     if fmt.kind == "raw":
         return coords + [F.col("value")]

@@ -1,5 +1,5 @@
 """Schema changes that never stop the stream: two `scg run` members read one topic of Avro records
-(confluent-kafka's own AvroSerializer, a real schema registry) as their producers move through
+with Avro keys (confluent-kafka's own AvroSerializer, a real schema registry) as their producers move through
 three versions. A top-level field added, then a field added inside a nested record: the table
 gains each as a nullable column in the commit of the first batch that carries it, and the members
 go on in the same query. Then a version that changes a column's type: the members stop their
@@ -34,15 +34,16 @@ V3 = {**V2, "fields": [V2["fields"][0], V2["fields"][1],
                        {"name": "address", "type": {**ADDRESS, "fields": ADDRESS["fields"] + [
                            {"name": "zip", "type": ["null", "string"], "default": None}]}},
                        V2["fields"][3]]}
+KEY = {"type": "record", "name": "OrderKey", "namespace": "shop", "fields": [{"name": "n", "type": "long"}]}
 RETYPED = {**V3, "fields": [V3["fields"][0], {"name": "item", "type": "long"}, *V3["fields"][2:]]}
 
 
-def _produce(bootstrap, topic, values) -> set[tuple[str, int, int]]:
-    """``values`` spread over the partitions; their (topic, partition, offset)."""
+def _produce(bootstrap, topic, keys, values) -> set[tuple[str, int, int]]:
+    """``values`` with ``keys`` spread over the partitions; their (topic, partition, offset)."""
     acked: set[tuple[str, int, int]] = set()
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-    for n, value in enumerate(values):
-        producer.produce(topic, value=value, partition=n % PARTITIONS,
+    for n, (key, value) in enumerate(zip(keys, values)):
+        producer.produce(topic, key=key, value=value, partition=n % PARTITIONS,
                          on_delivery=lambda err, msg: acked.add((msg.topic(), msg.partition(), msg.offset()))
                          if err is None else None)
     assert producer.flush(60) == 0
@@ -59,9 +60,11 @@ def test_the_table_follows_added_fields_and_stops_at_a_changed_type(bootstrap, s
     topic = unique_name
     create_topic(bootstrap, topic, PARTITIONS)
     context = SerializationContext(topic, MessageField.VALUE)
-    acked = _produce(bootstrap, topic, [_serializer(schema_registry, V1)(
+    key_of = _serializer(schema_registry, KEY)
+    keys = [key_of({"n": n}, SerializationContext(topic, MessageField.KEY)) for n in range(PER_VERSION)]
+    acked = _produce(bootstrap, topic, keys, [_serializer(schema_registry, V1)(
         {"id": n, "item": "tea", "address": {"city": "Oslo"}}, context) for n in range(PER_VERSION)])
-    extra = (f'format:\n  type: avro\n  schema_registry: {{url: "{schema_registry.url}"}}\n')
+    extra = (f'format:\n  type: avro\n  schema_registry: {{url: "{schema_registry.url}"}}\n  key: {{type: avro}}\n')
     path = write_pipeline(tmp_path / "pipeline.yaml", bootstrap, topic, topic, tmp_path, extra=extra)
     path.write_text(path.read_text().replace("dead_letter_path:", "schema_evolution: add_columns\n  dead_letter_path:"))
     config = load_pipeline(path)
@@ -69,14 +72,14 @@ def test_the_table_follows_added_fields_and_stops_at_a_changed_type(bootstrap, s
     wait_until(lambda: table_reached(config.sink.path, config.name, log_end_offsets(acked)), 240,
                "the table to hold the first version's records")
 
-    acked |= _produce(bootstrap, topic, [_serializer(schema_registry, V2)(
+    acked |= _produce(bootstrap, topic, keys, [_serializer(schema_registry, V2)(
         {"id": 100 + n, "item": "cup", "address": {"city": "Rome"}, "note": f"n{n}"}, context)
         for n in range(PER_VERSION)])
     wait_until(lambda: table_reached(config.sink.path, config.name, log_end_offsets(acked)), 120,
                "the table to hold the second version's records")
     assert '"name":"note"' in _columns(config.sink.path)
 
-    acked |= _produce(bootstrap, topic, [_serializer(schema_registry, V3)(
+    acked |= _produce(bootstrap, topic, keys, [_serializer(schema_registry, V3)(
         {"id": 200 + n, "item": "pot", "address": {"city": "Lima", "zip": f"z{n}"}, "note": None}, context)
         for n in range(PER_VERSION)])
     wait_until(lambda: table_reached(config.sink.path, config.name, log_end_offsets(acked)), 120,
@@ -87,7 +90,7 @@ def test_the_table_follows_added_fields_and_stops_at_a_changed_type(bootstrap, s
         assert member.count("SCHEMA_INCOMPATIBLE") == 0, member.tail()
 
     _allow_any_change(schema_registry, f"{topic}-value")
-    changed = _produce(bootstrap, topic, [_serializer(schema_registry, RETYPED)(
+    changed = _produce(bootstrap, topic, keys, [_serializer(schema_registry, RETYPED)(
         {"id": 300 + n, "item": n, "address": {"city": "Kyiv", "zip": None}, "note": None}, context)
         for n in range(PARTITIONS)])
     for member in members:
@@ -106,6 +109,7 @@ def test_the_table_follows_added_fields_and_stops_at_a_changed_type(bootstrap, s
     assert set(coordinates) == acked and not changed & set(coordinates)
     by_id = {r.id: r for r in rows}
     assert sorted(by_id) == [*range(PER_VERSION), *range(100, 100 + PER_VERSION), *range(200, 200 + PER_VERSION)]
+    assert all(r.key.n == r.id % 100 for r in rows)
     assert (by_id[0].note, by_id[0].address.zip) == (None, None)
     assert (by_id[101].note, by_id[101].address.city, by_id[101].address.zip) == ("n1", "Rome", None)
     assert (by_id[202].address.city, by_id[202].address.zip) == ("Lima", "z2")

@@ -50,8 +50,9 @@ def registry(schema_registry):
 
 
 def _serializer(registry, schema) -> AvroSerializer:
-    """confluent-kafka's serializer with Confluent's classic subject naming (``<topic>-value``):
-    its default asks the registry for topic associations first, an API Apicurio does not have."""
+    """confluent-kafka's serializer with Confluent's classic subject naming (``<topic>-value``, or
+    ``<topic>-key`` in a key's context): its default asks the registry for topic associations
+    first, an API Apicurio does not have."""
     return AvroSerializer(SchemaRegistryClient({"url": registry.url, "timeout": CLIENT_TIMEOUT_S}), json.dumps(schema),
                           conf={"subject.name.strategy": topic_subject_name_strategy})
 
@@ -64,10 +65,10 @@ def _allow_any_change(registry, subject: str) -> None:
         assert answer.status == 200
 
 
-def _produce(bootstrap, topic, values) -> None:
+def _produce(bootstrap, topic, values, keys=None) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     for n, value in enumerate(values):
-        producer.produce(topic, key=f"k{n}".encode(), value=value, partition=n % 2)
+        producer.produce(topic, key=f"k{n}".encode() if keys is None else keys[n], value=value, partition=n % 2)
     assert producer.flush(60) == 0
 
 
@@ -87,12 +88,13 @@ def _avro_values(registry, topic):
                       (retyped, "incompatible_schema"), (None, "null_value")]
 
 
-def both_paths(spark, bootstrap, topic, fmt, values, tmp_path) -> tuple[str, str]:
-    """``values`` produced to ``topic`` (2 partitions) and written by the Arrow path and by the
-    Spark SQL path; asserts both output tables and both dead-letter tables are equal row for row
-    and returns the Arrow path's (output, dead-letter) table paths."""
+def both_paths(spark, bootstrap, topic, fmt, values, tmp_path, keys=None) -> tuple[str, str]:
+    """``values`` produced to ``topic`` (2 partitions; with ``keys``, else keys of their own) and
+    written by the Arrow path and by the Spark SQL path; asserts both output tables and both
+    dead-letter tables are equal row for row and returns the Arrow path's (output, dead-letter)
+    table paths."""
     create_topic(bootstrap, topic, 2)
-    _produce(bootstrap, topic, values)
+    _produce(bootstrap, topic, values, keys)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends"})
     ends = {p: consumer.get_watermark_offsets(KafkaTP(topic, p), timeout=30)[1] for p in (0, 1)}
     consumer.close()
@@ -122,6 +124,26 @@ def test_both_paths_read_each_writer_version_into_the_reader_schema_and_name_eve
     _, dead = _rows(dead_path)
     expected = sorted(((value or b"", reason) for value, reason in cases if reason is not None))
     assert sorted((r["value"] or b"", r["reason"]) for r in dead) == expected
+
+
+def test_avro_keys_are_read_into_the_key_column_on_both_paths_and_a_bad_key_is_a_dead_letter(
+        spark, bootstrap, registry, unique_name, tmp_path):
+    key_schema = {"type": "record", "name": "OrderKey", "namespace": "shop", "fields": [
+        {"name": "shop", "type": "string"}, {"name": "n", "type": "long"}]}
+    keys = _serializer(registry, key_schema)
+    key_context = SerializationContext(unique_name, MessageField.KEY)
+    value = _serializer(registry, V1)({"id": 1, "item": "tea", "at": AT}, SerializationContext(unique_name, MessageField.VALUE))
+    good_keys = [keys({"shop": "oslo", "n": n}, key_context) for n in range(4)]
+    settings = RegistrySettings(registry.url)
+    fmt = RecordFormat("avro", None, 1 << 20, framed=AvroFormat(json.dumps(V1), settings),
+                       key_framed=AvroFormat(json.dumps(key_schema), settings))
+    output_path, dead_path = both_paths(spark, bootstrap, unique_name, fmt, [value] * 6, tmp_path,
+                                        keys=[*good_keys, None, b"k-not-avro"])
+    _, output = _rows(output_path)
+    assert sorted((r["key"] or {}).get("n", -1) for r in output) == [-1, 0, 1, 2, 3]
+    assert {r["key"]["shop"] for r in output if r["key"]} == {"oslo"}
+    _, dead = _rows(dead_path)
+    assert [(r["key"], r["reason"]) for r in dead] == [(b"k-not-avro", "key_not_schema_registry_framed")]
 
 
 def test_scg_run_reads_the_subjects_latest_version(bootstrap, registry, unique_name, tmp_path):

@@ -204,3 +204,27 @@ def test_named_types_are_found_by_full_or_short_name_in_the_enclosing_namespace(
         "ship_to": {"city": "Oslo", "ref": ref}, "bill_to": {"city": "Bergen", "ref": ref}, "pick_up": None}, 1)]))
     row = split.output.to_pylist()[0]
     assert row["bill_to"] == {"city": "Bergen", "ref": str(ref)} and row["pick_up"] is None
+
+
+KEY = {"type": "record", "name": "OrderKey", "namespace": "shop", "fields": [{"name": "shop", "type": "string"},
+                                                                             {"name": "n", "type": "long"}]}
+
+
+def test_framed_keys_become_the_key_column_and_a_bad_key_makes_a_dead_letter_after_the_value_s_reason():
+    settings = RegistrySettings("http://registry.invalid")
+    registry = RegistrySchemas(settings, _Registry({1: V1, 5: KEY}))
+    fmt = RecordFormat("avro", None, 1 << 20, framed=AvroFormat(json.dumps(V1), settings),
+                       key_framed=AvroFormat(json.dumps(KEY), settings))
+    split = FramedBlockDecoder(fmt, AvroValues(fmt.framed, registry), AvroValues(fmt.key_framed, registry))
+    good, key = framed(V1, {"id": 1, "item": "a"}, 1), framed(KEY, {"shop": "oslo", "n": 7}, 5)
+    rows = block([good, good, good, None, good])
+    rows = rows.set_column(rows.schema.get_field_index("key"), "key",
+                           pa.array([key, None, b"plain", b"plain", b"\x00\x00\x00\x00\x09\x02"], pa.binary()))
+    out = split.split(rows)
+    assert out.output.select(["offset", "key", "key_bytes", "id"]).to_pylist() == [
+        {"offset": 0, "key": {"shop": "oslo", "n": 7}, "key_bytes": key, "id": 1},
+        {"offset": 1, "key": None, "key_bytes": None, "id": 1}]
+    assert out.dead_letters.select(["offset", "key", "reason"]).to_pylist() == [
+        {"offset": 2, "key": b"plain", "reason": "key_not_schema_registry_framed"},
+        {"offset": 3, "key": b"plain", "reason": NULL_VALUE},
+        {"offset": 4, "key": b"\x00\x00\x00\x00\x09\x02", "reason": "key_unknown_schema_id"}]
