@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 
+import pyarrow as pa
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
@@ -100,3 +101,38 @@ def test_scg_run_reads_with_a_local_proto_file(bootstrap, schema_registry, uniqu
     assert sorted(r["id"] for r in rows) == list(range(10)) + list(range(100, 110))
     assert {r["id"]: r["address"] for r in rows}[100] == {"city": "Oslo"}
     assert [(r["value"], r["reason"]) for r in dead] == [(b"not protobuf", "not_schema_registry_framed")]
+
+
+def test_a_table_follows_a_new_protobuf_version_with_add_columns(spark, bootstrap, schema_registry, unique_name,
+                                                                 tmp_path):
+    """The driver's side of schema evolution with Protobuf and the real registry: the member opens
+    its tables with version 1, version 2 adds a message field, and the next batch's table takes
+    it as a STRUCT column in the commit of that batch's rows."""
+    from deltalake import DeltaTable
+
+    from groupmgr.core import OffsetRange, TopicPartition
+    from pipelines.config import load_pipeline
+    from pipelines.runtime.pipeline_tables import open_tables
+    from tests.support.kafka_data import write_pipeline
+
+    topic, context = unique_name, SerializationContext(unique_name, MessageField.VALUE)
+    v1, v2 = _class(V1), _class(V2)
+    _serializer(schema_registry, v1)(_order(v1, 1), context)
+    extra = f'format:\n  type: protobuf\n  schema_registry: {{url: "{schema_registry.url}"}}\n'
+    path = write_pipeline(tmp_path / "p.yaml", bootstrap, topic, topic, tmp_path, extra=extra)
+    path.write_text(path.read_text().replace("dead_letter_path:", "schema_evolution: add_columns\n  dead_letter_path:"))
+    tables = open_tables(load_pipeline(path), spark)
+    assert tables.schema_follower.for_batch().table.schema == tables.table.schema
+    assert "address" not in tables.table.schema.names
+
+    _serializer(schema_registry, v2)(_order(v2, 2), context)
+    batch = tables.schema_follower.for_batch()
+    assert batch.fmt.framed.reader_schema != tables.record_format.framed.reader_schema
+    tp = TopicPartition(topic, 0)
+    epochs = batch.table.claim([tp])
+    row = {name: None for name in batch.table.schema.names} | {"topic": topic, "partition": 0, "offset": 0,
+                                                                "id": 2, "address": {"city": "Oslo"}}
+    batch.table.commit(pa.Table.from_pylist([row], schema=batch.table.schema), [OffsetRange(topic, 0, 0, 1)], epochs)
+    table = DeltaTable(tables.table.path)
+    assert [f.name for f in table.schema().fields][-1] == "address"
+    assert table.to_pyarrow_table().to_pylist()[0]["address"] == {"city": "Oslo"}
