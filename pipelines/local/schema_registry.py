@@ -10,7 +10,8 @@ at all, and a second install finds it and needs no network. ``bin/bootstrap`` ru
 also records a class-data-sharing archive of one start for the Java it finds (a faster start).
 
 :class:`SchemaRegistry` starts one registry: its HTTP API on a free loopback port, the
-Confluent-compatible API at :attr:`SchemaRegistry.url` (``http://127.0.0.1:<port>/apis/ccompat/v7``),
+Confluent-compatible API at :attr:`SchemaRegistry.url` (``http://127.0.0.1:<port>/apis/ccompat/v7``;
+``https://`` only, given a certificate and key),
 its health on a second free port (Quarkus' management interface), storage in memory (H2; gone when
 it stops), the log in ``<workdir>/schema-registry.log``. ``start`` returns once ``/health/ready``
 answers UP, within a bound; ``stop`` ends the process group (SIGTERM, then SIGKILL). ``detach``
@@ -244,8 +245,12 @@ class SchemaRegistry:
 
     def __init__(self, workdir: Path, *, heap: str = DEFAULT_HEAP, compatibility: str | None = "BACKWARD",
                  ready_timeout_s: float = READY_TIMEOUT_S, java: Path | None = None,
-                 distribution: Path | None = None, progress: Callable[[str], None] | None = None):
+                 distribution: Path | None = None, progress: Callable[[str], None] | None = None,
+                 tls: tuple[Path, Path] | None = None):
+        """``tls``: a server certificate (PEM, its chain after it) and its key: the API is then
+        served over HTTPS only."""
         self.workdir = Path(workdir)
+        self.tls = tls
         self.log_file = self.workdir / "schema-registry.log"
         self.heap, self.compatibility, self.ready_timeout_s = heap, compatibility, ready_timeout_s
         self.java, self.distribution, self.progress = java, distribution, progress
@@ -259,7 +264,7 @@ class SchemaRegistry:
 
     @property
     def base_url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{HOST}:{self.port}"
 
     @property
     def url(self) -> str:
@@ -323,12 +328,20 @@ class SchemaRegistry:
         self.started_in_s = time.monotonic() - began
         return self
 
+    def _listener_options(self) -> list[str]:
+        """The API's listener: plain HTTP on :attr:`port`, or with ``tls`` HTTPS there and no plain one."""
+        if self.tls is None:
+            return [f"-Dquarkus.http.port={self.port}"]
+        cert, key = self.tls
+        return [f"-Dquarkus.http.ssl-port={self.port}", "-Dquarkus.http.insecure-requests=disabled",
+                f"-Dquarkus.http.ssl.certificate.files={cert}", f"-Dquarkus.http.ssl.certificate.key-files={key}"]
+
     def _launch(self, java: Path, distribution: Path) -> None:
         tmp = self.workdir / "tmp"
         command = [str(java), f"-Xmx{self.heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                    "-Xss512k", "-XX:ReservedCodeCacheSize=64m", "-Djava.awt.headless=true",
                    f"-Djava.io.tmpdir={tmp}", *self._archive_options(java, distribution),
-                   f"-Dquarkus.http.host={HOST}", f"-Dquarkus.http.port={self.port}",
+                   f"-Dquarkus.http.host={HOST}", *self._listener_options(),
                    f"-Dquarkus.management.host={HOST}", f"-Dquarkus.management.port={self.management_port}",
                    # one H2 connection at rest (Apicurio keeps 20), up to 10 under load
                    "-Dapicurio.datasource.jdbc.initial-size=1", "-Dapicurio.datasource.jdbc.min-size=1",

@@ -3,7 +3,8 @@ pipelines/local/schema_registry.py), spoken to over plain HTTP as a Confluent cl
 register an Avro schema, read it back by id and as the subject's latest version, evolve it
 compatibly, and see an incompatible version refused (the registry starts with BACKWARD as its
 global compatibility, Confluent's default; Apicurio's own default is none). One registry for the
-module; the last test stops it."""
+module; the last test stops it. Another serves HTTPS only, read through the pipeline's client
+with ``ca_file``."""
 from __future__ import annotations
 
 import json
@@ -100,3 +101,29 @@ def test_stop_ends_the_process_and_frees_the_port(registry):
         assert sock.connect_ex((HOST, port)) != 0, "the registry's port still accepts connections"
     registry.stop()  # again: nothing to do
 
+
+
+def test_an_https_registry_is_read_with_the_configured_ca_and_refused_without_it(tmp_path):
+    """``format.schema_registry.ca_file`` against a registry serving only HTTPS with a certificate
+    of the local CA: the pipeline's client reads a subject's version with that CA; without it the
+    TLS handshake fails and the registry counts as not answering (a transient fault)."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    from pipelines.local.certificates import ensure_certificates
+    from pipelines.runtime.registry_client import RegistrySchemas, RegistrySettings, RegistryUnavailableError
+
+    certificates = ensure_certificates(tmp_path / "tls")
+    server = SchemaRegistry(tmp_path / "registry", tls=(certificates.broker_cert_file,
+                                                         certificates.broker_key_file)).start()
+    try:
+        assert server.url.startswith(f"https://{HOST}:")
+        trusted = RegistrySettings(server.url, ca_file=str(certificates.ca_file))
+        SchemaRegistryClient(trusted.client_config()).register_schema("events-value", Schema(avro(A), "AVRO"))
+        version = RegistrySchemas(trusted).subject_version("events-value", None)
+        assert (version.version, json.loads(version.text)["fields"]) == (1, [A])
+        with pytest.raises(RegistryUnavailableError, match="certificate|SSL|TLS"):
+            RegistrySchemas(RegistrySettings(server.url)).subject_version("events-value", None)
+        with pytest.raises(OSError):  # no plain HTTP next to it
+            urllib.request.urlopen(server.url.replace("https://", "http://") + "/subjects", timeout=10)
+    finally:
+        server.stop()
