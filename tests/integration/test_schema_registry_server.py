@@ -4,7 +4,8 @@ register an Avro schema, read it back by id and as the subject's latest version,
 compatibly, and see an incompatible version refused (the registry starts with BACKWARD as its
 global compatibility, Confluent's default; Apicurio's own default is none). One registry for the
 module; the last test stops it. Another serves HTTPS only, read through the pipeline's client
-with ``ca_file``."""
+with ``ca_file``; behind an authenticating gateway, the client signs in with basic auth or a
+bearer token."""
 from __future__ import annotations
 
 import json
@@ -92,17 +93,6 @@ def test_a_subject_set_to_none_takes_an_incompatible_version(registry):
     assert call("GET", url + "/subjects/loose-value/versions") == (200, [1, 2])
 
 
-def test_stop_ends_the_process_and_frees_the_port(registry):
-    pid, port = registry.pid, registry.port
-    registry.stop()
-    assert not registry.running()
-    assert not os.path.exists(f"/proc/{pid}"), "the registry's JVM is still there (stop waits for it)"
-    with socket.socket() as sock:
-        assert sock.connect_ex((HOST, port)) != 0, "the registry's port still accepts connections"
-    registry.stop()  # again: nothing to do
-
-
-
 def test_an_https_registry_is_read_with_the_configured_ca_and_refused_without_it(tmp_path):
     """``format.schema_registry.ca_file`` against a registry serving only HTTPS with a certificate
     of the local CA: the pipeline's client reads a subject's version with that CA; without it the
@@ -127,3 +117,35 @@ def test_an_https_registry_is_read_with_the_configured_ca_and_refused_without_it
             urllib.request.urlopen(server.url.replace("https://", "http://") + "/subjects", timeout=10)
     finally:
         server.stop()
+
+
+def test_the_pipeline_s_client_signs_in_with_basic_auth_or_a_bearer_token(registry):
+    """The registry behind an authenticating gateway: the pipeline's client passes with the
+    configured username and password, or bearer token; wrong credentials are refused
+    (SCHEMA_REGISTRY_REFUSED, never retried as unavailable)."""
+    from pipelines.runtime.registry_client import RegistryRefusedError, RegistrySchemas, RegistrySettings
+    from tests.support.auth_proxy import AuthProxy
+
+    status, _ = call("POST", f"{registry.url}/subjects/signed-value/versions", {"schema": avro(A)})
+    assert status == 200
+    proxy = AuthProxy(registry.url, username="reader", password="s3cret", token="t0ken")
+    try:
+        for settings in (RegistrySettings(proxy.url, username="reader", password="s3cret"),
+                         RegistrySettings(proxy.url, bearer_token="t0ken")):
+            assert json.loads(RegistrySchemas(settings).subject_version("signed-value", None).text)["fields"] == [A]
+        with pytest.raises(RegistryRefusedError, match="HTTP 401"):
+            RegistrySchemas(RegistrySettings(proxy.url, username="reader", password="wrong")).subject_version(
+                "signed-value", None)
+        assert proxy.seen[:2] == ["Basic cmVhZGVyOnMzY3JldA==", "Bearer t0ken"]
+    finally:
+        proxy.close()
+
+
+def test_stop_ends_the_process_and_frees_the_port(registry):
+    pid, port = registry.pid, registry.port
+    registry.stop()
+    assert not registry.running()
+    assert not os.path.exists(f"/proc/{pid}"), "the registry's JVM is still there (stop waits for it)"
+    with socket.socket() as sock:
+        assert sock.connect_ex((HOST, port)) != 0, "the registry's port still accepts connections"
+    registry.stop()  # again: nothing to do
