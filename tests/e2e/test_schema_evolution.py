@@ -72,10 +72,12 @@ def test_the_table_follows_added_fields_and_stops_at_a_changed_type(bootstrap, s
     wait_until(lambda: table_reached(config.sink.path, config.name, log_end_offsets(acked)), 240,
                "the table to hold the first version's records")
 
+    v1 = _serializer(schema_registry, V1)  # a producer still on version 1, and a value no reader can use
+    dead = _produce(bootstrap, topic, keys[:1], [b"not avro"])
     acked |= _produce(bootstrap, topic, keys, [_serializer(schema_registry, V2)(
-        {"id": 100 + n, "item": "cup", "address": {"city": "Rome"}, "note": f"n{n}"}, context)
-        for n in range(PER_VERSION)])
-    wait_until(lambda: table_reached(config.sink.path, config.name, log_end_offsets(acked)), 120,
+        {"id": 100 + n, "item": "cup", "address": {"city": "Rome"}, "note": f"n{n}"}, context) if n % 4 else
+        v1({"id": 100 + n, "item": "cup", "address": {"city": "Rome"}}, context) for n in range(PER_VERSION)])
+    wait_until(lambda: table_reached(config.sink.path, config.name, log_end_offsets(acked | dead)), 120,
                "the table to hold the second version's records")
     assert '"name":"note"' in _columns(config.sink.path)
 
@@ -112,4 +114,7 @@ def test_the_table_follows_added_fields_and_stops_at_a_changed_type(bootstrap, s
     assert all(r.key.n == r.id % 100 for r in rows)
     assert (by_id[0].note, by_id[0].address.zip) == (None, None)
     assert (by_id[101].note, by_id[101].address.city, by_id[101].address.zip) == ("n1", "Rome", None)
+    assert (by_id[104].note, by_id[104].address.city) == (None, "Rome")  # version 1 read as version 2
+    dead_letters = spark.read.format("delta").load(config.sink.dead_letter_path).collect()
+    assert [(r.value, r.reason) for r in dead_letters] == [(b"not avro", "not_schema_registry_framed")]
     assert (by_id[202].address.city, by_id[202].address.zip) == ("Lima", "z2")

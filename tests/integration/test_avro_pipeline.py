@@ -1,8 +1,9 @@
 """Avro in the Confluent wire format, end to end on real components: records produced with
 confluent-kafka's own ``AvroSerializer`` against a real schema registry (Apicurio's
 Confluent-compatible API), in two schema versions, next to values no reader can use; read by the
-Arrow path and by the Spark SQL path into real Delta tables that agree row for row; and a
-pipeline file run by ``bin/scg`` whose reader schema is the subject's latest version."""
+Arrow path and by the Spark SQL path into real Delta tables that agree row for row; keys in
+Avro; a registry that is down while ``bin/scg`` runs. A pipeline whose reader schema is the
+subject's latest version, run by two members, is tests/e2e/test_schema_evolution.py."""
 from __future__ import annotations
 
 import datetime
@@ -144,23 +145,6 @@ def test_avro_keys_are_read_into_the_key_column_on_both_paths_and_a_bad_key_is_a
     assert {r["key"]["shop"] for r in output if r["key"]} == {"oslo"}
     _, dead = _rows(dead_path)
     assert [(r["key"], r["reason"]) for r in dead] == [(b"k-not-avro", "key_not_schema_registry_framed")]
-
-
-def test_scg_run_reads_the_subjects_latest_version(bootstrap, registry, unique_name, tmp_path):
-    topic = unique_name
-    create_topic(bootstrap, topic, 2)
-    context = SerializationContext(topic, MessageField.VALUE)
-    v1, v2 = _serializer(registry, V1), _serializer(registry, V2)
-    values = [v1({"id": n, "item": "tea", "at": AT}, context) for n in range(20)]
-    values += [v2({"id": 100 + n, "item": "cup", "at": AT, "address": {"city": "Oslo", "tags": []}}, context)
-               for n in range(20)]
-    _produce(bootstrap, topic, values + [b"not avro"])
-    rows, dead = run_to_the_end(bootstrap, topic, tmp_path,
-                                f'format:\n  type: avro\n  schema_registry: {{url: "{registry.url}"}}\n')
-    assert sorted(r["id"] for r in rows) == list(range(20)) + list(range(100, 120))
-    assert {r["address"]["city"] for r in rows if r["id"] >= 100} == {"Oslo"}
-    assert all(r["address"] is None for r in rows if r["id"] < 20)
-    assert [(r["value"], r["reason"]) for r in dead] == [(b"not avro", "not_schema_registry_framed")]
 
 
 def run_to_the_end(bootstrap, topic, tmp_path, format_yaml: str) -> tuple[list[dict], list[dict]]:
