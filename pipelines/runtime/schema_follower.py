@@ -21,9 +21,10 @@ SchemaIncompatible fails the batch before anything is read or written; it is tra
 query is retried with backoff and goes on by itself once the subject has a version the table can
 take (or the member restarts with another setting). The first batch compares the table even when
 the version is the one the member started with (a table written before a restart may lack its
-columns). A registry that does not answer leaves the reader schema as it is: the batch's records
-of known writer schemas are read, and a new writer schema fails the batch's tasks as
-``SCHEMA_REGISTRY_UNAVAILABLE``. Runs on the driver; thread-safe.
+columns). A registry that does not answer, or no longer has the subject, leaves the reader schema
+as it is (a warning in the log): the batch's records of known writer schemas are read, and a new
+writer schema fails the batch's tasks as ``SCHEMA_REGISTRY_UNAVAILABLE``. Runs on the driver;
+thread-safe.
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipelines.runtime.records import RecordFormat
-from pipelines.runtime.registry_client import RegistrySchemas, RegistryUnavailableError, SubjectVersion
+from pipelines.runtime.registry_client import (RegistrySchemas, RegistryUnavailableError, SubjectNotFoundError,
+                                               SubjectVersion)
 from sinks.schema_widening import ColumnTypeChanged, added_columns, type_text, widen
 from sinks.txn_table import SchemaIncompatible, TxnDeltaTable
 
@@ -68,7 +70,7 @@ class SchemaFollower:
         with self._lock:
             try:
                 latest = self.registry.subject_version(self.subject, None)
-            except RegistryUnavailableError as exc:
+            except (RegistryUnavailableError, SubjectNotFoundError) as exc:
                 log.warning("the reader schema stays as it is: %s", exc)
                 return self._current
             if self._version is not None and latest.schema_id == self._version.schema_id:
@@ -112,7 +114,6 @@ class SchemaFollower:
                 table.path, f"{which} adds column(s) {', '.join(added)} the table lacks, and "
                 "sink.schema_evolution is fail (set it to add_columns to add them)",
                 type_text(current), type_text(ours))
-
 
 
 def _version_text(version: SubjectVersion) -> str:

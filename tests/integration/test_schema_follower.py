@@ -11,7 +11,8 @@ from deltalake import DeltaTable
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.avro_types import AvroFormat
 from pipelines.runtime.records import RecordFormat
-from pipelines.runtime.registry_client import RegistrySettings, RegistryUnavailableError, SubjectVersion
+from pipelines.runtime.registry_client import (RegistrySettings, RegistryUnavailableError, SubjectNotFoundError,
+                                               SubjectVersion)
 from pipelines.runtime.schema_follower import BatchSchema, SchemaFollower
 from sinks.txn_table import SchemaIncompatible, TxnDeltaTable
 
@@ -41,6 +42,8 @@ class Registry:
         assert subject == "orders-value" and version is None
         if self.down:
             raise RegistryUnavailableError(SETTINGS.url, "ConnectError: refused")
+        if not self.versions:
+            raise SubjectNotFoundError(SETTINGS.url, subject, version)
         return self.versions[-1]
 
 
@@ -129,7 +132,7 @@ def test_a_version_the_table_cannot_take_stops_the_batch_with_the_reason(tmp_pat
         follow.for_batch()
 
 
-def test_a_registry_that_does_not_answer_leaves_the_reader_schema_as_it_is(tmp_path):
+def test_a_registry_that_does_not_answer_or_lost_the_subject_leaves_the_reader_schema_as_it_is(tmp_path):
     registry = Registry("v1")
     follow, _, _ = follower(tmp_path, registry, add_columns=True)
     start = follow.for_batch()
@@ -137,6 +140,8 @@ def test_a_registry_that_does_not_answer_leaves_the_reader_schema_as_it_is(tmp_p
     registry.down = True
     assert follow.for_batch() is start
     registry.down = False
+    assert follow.for_batch().fmt == fmt_of("v2")
+    registry.versions.clear()  # the subject was deleted
     assert follow.for_batch().fmt == fmt_of("v2")
 
 
