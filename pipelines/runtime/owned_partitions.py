@@ -25,10 +25,16 @@ from pipelines.runtime.batch_writer import TableTargets
 from pipelines.runtime.partition_checks import (DATA_LOSS_REASON, PartitionLog,
                                                 PartitionVerdict, check_partition, lost_range_value,
                                                 stopped_metadata)
+from pipelines.runtime.registry_client import RegistryUnavailableError
 from pipelines.runtime.start_offsets import choose_start_offset
+from sinks.txn_table import SchemaIncompatible
 
 log = logging.getLogger("scg.runner")
 STOPPED_RECHECK = Backoff(5.0, 60.0)  # how often a stopped partition is checked again
+# The transient faults whose waiting partitions are published for scg describe: a batch's own,
+# while the table and the group answer (a Kafka or storage fault leaves nothing to publish with,
+# a fenced writer's partitions are the group's to show).
+PUBLISHED_WAITS = frozenset({SchemaIncompatible.condition, RegistryUnavailableError.condition})
 
 
 @dataclass(frozen=True)
@@ -206,12 +212,13 @@ class OwnedPartitions:
         return False
 
     def publish_waiting(self, condition: str, detail: str) -> None:
-        """The owned partitions that are not stopped wait on a transient fault (a batch retried
-        with backoff): commit each one's table offset with metadata naming ``condition`` and
-        ``detail``, for ``scg describe`` (the next batch's commit replaces it). Best effort: when
-        the table or the group cannot be reached now, nothing is published."""
+        """The owned partitions that are not stopped wait on a transient fault of
+        :data:`PUBLISHED_WAITS` (a batch retried with backoff): commit each one's table offset with
+        metadata naming ``condition`` and ``detail``, for ``scg describe`` (the next batch's commit
+        replaces it). Other faults publish nothing. Best effort: when the table or the group cannot
+        be reached now, nothing is published."""
         waiting = [tp for tp in self.partitions if tp not in self.stopped]
-        if not waiting:
+        if condition not in PUBLISHED_WAITS or not waiting:
             return
         try:
             recorded = self._tables.table.recorded_offsets(waiting)

@@ -282,8 +282,7 @@ class PipelineRunner:
     def _retrying(self, what: str, verdict) -> None:
         """Lock held: a failed start or query is retried after ``verdict``'s backoff."""
         self.progress.retrying(what, verdict)
-        if verdict.fault.transient:
-            self.owned.publish_waiting(verdict.fault.condition, verdict.fault.detail)
+        self.owned.publish_waiting(verdict.fault.condition, verdict.fault.detail)
         if self.metrics is not None:
             self.metrics.restarting(verdict.fault.condition)
 

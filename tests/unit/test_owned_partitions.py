@@ -254,9 +254,15 @@ def test_partitions_waiting_on_a_transient_fault_are_published_at_the_table_s_of
     assert commits == [({TP: 7}, "scg:stopped:SCHEMA_INCOMPATIBLE: version 4 of subject t-value cannot be written")]
 
 
-def test_publishing_what_partitions_wait_on_is_best_effort(tmp_path):
+def test_publishing_what_partitions_wait_on_is_best_effort_and_only_for_a_batch_s_own_faults(tmp_path):
     parts, tables, _, commits = owned(tmp_path, {TP: None})
     parts.assign([TP])
+    epochs = tables.table.claim([TP])
+    tables.table.commit(pa.table({"topic": ["t"], "partition": [0], "offset": [0], "v": ["x"]}, schema=OUTPUT),
+                        [OffsetRange("t", 0, 0, 1)], epochs)
+    for condition in ("FENCED_WRITER", "BROKER_NOT_AVAILABLE", "STORAGE_UNAVAILABLE"):
+        parts.publish_waiting(condition, "the group, the brokers or the storage show it")
+    assert commits == []
     tables.table.recorded_offsets = lambda partitions: (_ for _ in ()).throw(OSError("storage down"))
-    parts.publish_waiting("STORAGE_UNAVAILABLE", "down")
+    parts.publish_waiting("SCHEMA_REGISTRY_UNAVAILABLE", "down")
     assert commits == []
