@@ -406,8 +406,8 @@ class SchemaRegistryConfig:
 
 @dataclass(frozen=True)
 class KeyFormatConfig:
-    """How record keys are decoded when they are Avro or Protobuf in the Confluent wire format
-    (the value's registry; the reader schema fixed when the member starts)."""
+    """How record keys are decoded: as text, or as Avro or Protobuf in the Confluent wire format
+    (through the value's registry)."""
 
     type: str = field(default="string", metadata=key_doc(
         "type", ENUM, "avro", "the output's `key` column",
@@ -416,7 +416,7 @@ class KeyFormatConfig:
         "letter (`key_undecodable`, `key_unknown_schema_id`, ...).", default="`string`"))
     subject: str | None = field(default=None, metadata=key_doc(
         "subject", STRING, "orders-key", "the registry subject of the key's reader schema",
-        "", default="`<topic>-key`"))
+        "Needed with several topics or a `topic_pattern` and `reader_schema: latest`.", default="`<topic>-key`"))
     reader_schema: str = field(default="latest", metadata=key_doc(
         "reader_schema", "`latest`, a version number, or an `.avsc` / `.proto` file", "schemas/order_key.avsc",
         "the key's reader schema", "As the value's `reader_schema`.", default="`latest`"))
