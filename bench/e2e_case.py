@@ -231,9 +231,9 @@ class PhaseTimers:
 
         original_prepare = bw.BatchWriter.prepare  # either path's prepare (Spark plan or Arrow batch)
 
-        def prepare(self, batch_df, ranges, left_out=frozenset()):
+        def prepare(self, batch_df, ranges, left_out=frozenset(), fmt=None):
             started = time.monotonic()
-            batch = original_prepare(self, batch_df, ranges, left_out)
+            batch = original_prepare(self, batch_df, ranges, left_out, fmt)
             timers.add("prepare (plan)", time.monotonic() - started)
             release = batch.release
 
