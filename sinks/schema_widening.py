@@ -12,7 +12,6 @@ table column's only in case (Delta resolves names case-insensitively), raises
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,14 +43,12 @@ def type_text(delta_type: DeltaType) -> str:
     """A Delta type written as Spark writes a simple type string: ``struct<a:long,b:string>``."""
     if isinstance(delta_type, str):
         return delta_type
-    kind = delta_type.get("type")
+    kind = delta_type["type"]
     if kind == "struct":
         return "struct<" + ",".join(f"{f['name']}:{type_text(f['type'])}" for f in delta_type["fields"]) + ">"
     if kind == "array":
         return f"array<{type_text(delta_type['elementType'])}>"
-    if kind == "map":
-        return f"map<{type_text(delta_type['keyType'])},{type_text(delta_type['valueType'])}>"
-    return str(kind)
+    return f"map<{type_text(delta_type['keyType'])},{type_text(delta_type['valueType'])}>"
 
 
 def _widen_type(table: DeltaType, batch: DeltaType, path: str) -> DeltaType:
@@ -65,14 +62,10 @@ def _widen_type(table: DeltaType, batch: DeltaType, path: str) -> DeltaType:
     if kind == "array":
         element = _widen_type(table["elementType"], batch["elementType"], f"{path}[]")
         return table if element is table["elementType"] else {**table, "elementType": element}
-    if kind == "map":
-        if table["keyType"] != batch["keyType"]:
-            raise ColumnTypeChanged(f"{path}{{key}}", table["keyType"], batch["keyType"])
-        value = _widen_type(table["valueType"], batch["valueType"], f"{path}{{}}")
-        return table if value is table["valueType"] else {**table, "valueType": value}
-    if table != batch:
-        raise ColumnTypeChanged(path, table, batch)
-    return table
+    if table["keyType"] != batch["keyType"]:  # a map: Delta's nested types are struct, array and map
+        raise ColumnTypeChanged(f"{path}{{key}}", table["keyType"], batch["keyType"])
+    value = _widen_type(table["valueType"], batch["valueType"], f"{path}{{}}")
+    return table if value is table["valueType"] else {**table, "valueType": value}
 
 
 def _widen_struct(table: Mapping[str, Any], batch: Mapping[str, Any], path: str) -> Mapping[str, Any]:
@@ -94,13 +87,15 @@ def _widen_struct(table: Mapping[str, Any], batch: Mapping[str, Any], path: str)
         if name.lower() in folded:
             raise ColumnTypeChanged(_join(path, name), f"a column named {folded[name.lower()]}",
                                     f"a column named {name} (Delta compares names ignoring case)")
-        fields.append({**copy.deepcopy(other), "nullable": True})
+        fields.append({**other, "nullable": True})
         changed = True
     return {**table, "fields": fields} if changed else table
 
 
 def _added(table: DeltaType, widened: DeltaType, path: str) -> list[str]:
-    if isinstance(table, str) or isinstance(widened, str) or table.get("type") != widened.get("type"):
+    """The paths of ``widened``'s columns ``table`` lacks (``widened`` is ``table`` widened: the
+    same types, some structs with more fields)."""
+    if isinstance(table, str):
         return []
     kind = table["type"]
     if kind == "array":

@@ -77,9 +77,8 @@ class SchemaFollower:
                 return self._current
             candidate = self._candidate(latest)
             self._check(latest, candidate)
-            if self._version is not None:
-                log.info("batches are now read with version %d of subject %s (schema id %d)",
-                         latest.version, self.subject, latest.schema_id)
+            log.info("batches are read with version %d of subject %s (schema id %d)",
+                     latest.version, self.subject, latest.schema_id)
             self._current, self._version = candidate, latest
             return candidate
 

@@ -96,6 +96,7 @@ def test_with_fail_a_version_with_a_new_field_stops_the_batch_naming_it_until_it
         assert "sink.schema_evolution is fail" in str(stopped.value)
         assert stopped.value.table_schema == "struct<topic:string,partition:integer,offset:long,id:long>"
         assert stopped.value.batch_schema.endswith(",id:long,email:string>")
+        assert stopped.value.table == str(tmp_path / "t")
     registry.publish("v1")  # the producers went back to a version the table takes
     assert follow.for_batch().fmt == start.fmt
 
@@ -106,8 +107,12 @@ def test_a_changed_column_type_stops_the_batch_whatever_the_setting(tmp_path, ad
     follow, _, _ = follower(tmp_path, registry, add_columns)
     follow.for_batch()
     registry.publish("v3-changed")
-    with pytest.raises(SchemaIncompatible, match=r"version 2 .* column id: the table has long, the batch string"):
+    with pytest.raises(SchemaIncompatible, match=r"version 2 .* column id: the table has long, the batch string") \
+            as stopped:
         follow.for_batch()
+    assert (stopped.value.table, stopped.value.table_schema, stopped.value.batch_schema) == (
+        str(tmp_path / "t"), "struct<topic:string,partition:integer,offset:long,id:long>",
+        "struct<topic:string,partition:integer,offset:long,id:string>")
 
 
 def test_a_version_with_fewer_fields_is_followed_and_the_table_keeps_its_columns(tmp_path):
@@ -128,8 +133,12 @@ def test_a_version_the_table_cannot_take_stops_the_batch_with_the_reason(tmp_pat
     follow, _, _ = follower(tmp_path, registry, add_columns=True, partition_by=partition_by)
     follow.for_batch()
     registry.publish(text)
-    with pytest.raises(SchemaIncompatible, match=reason):
+    with pytest.raises(SchemaIncompatible, match=reason) as stopped:
         follow.for_batch()
+    assert stopped.value.table == str(tmp_path / "t")
+    assert stopped.value.table_schema == "struct<topic:string,partition:integer,offset:long,id:long>"
+    assert stopped.value.batch_schema == {"v2-fewer": "struct<topic:string,partition:integer,offset:long>",
+                                          "v2-union": "(none)"}[text]
 
 
 def test_a_registry_that_does_not_answer_or_lost_the_subject_leaves_the_reader_schema_as_it_is(tmp_path):

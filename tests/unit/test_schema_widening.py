@@ -20,6 +20,15 @@ TABLE = delta(("id", pa.int64()), ("name", pa.string()), ("address", ADDRESS))
 
 def test_the_same_columns_leave_the_table_as_it_is():
     assert widen(TABLE, delta(("id", pa.int64()), ("name", pa.string()), ("address", ADDRESS))) is TABLE
+    nested = delta(("items", pa.list_(ADDRESS)), ("by", pa.map_(pa.string(), ADDRESS)))
+    assert widen(nested, delta(("items", pa.list_(ADDRESS)), ("by", pa.map_(pa.string(), ADDRESS)))) is nested
+
+
+def test_a_widened_struct_before_an_unchanged_column_is_kept():
+    table = delta(("address", ADDRESS), ("id", pa.int64()))
+    widened = widen(table, delta(("address", pa.struct([("city", pa.string()), ("zip", pa.string())])),
+                                 ("id", pa.int64())))
+    assert type_text(widened) == "struct<address:struct<city:string,zip:string>,id:long>"
 
 
 def test_fewer_columns_leave_the_table_as_it_is():
@@ -57,6 +66,7 @@ def test_new_fields_inside_array_elements_and_map_values_are_added():
     (delta(("address", pa.struct([("city", pa.int64())]))), "address.city"),
     (delta(("name", pa.struct([("first", pa.string())]))), "name"),
     (delta(("Name", pa.string())), "Name"),
+    (delta(("address", pa.struct([("City", pa.string())]))), "address.City"),
 ])
 def test_a_changed_type_or_a_name_differing_in_case_is_refused_by_path(batch, path):
     with pytest.raises(ColumnTypeChanged) as refused:
@@ -68,6 +78,18 @@ def test_a_changed_type_or_a_name_differing_in_case_is_refused_by_path(batch, pa
 def test_decimals_of_another_precision_are_a_changed_type():
     with pytest.raises(ColumnTypeChanged, match="decimal"):
         widen(delta(("amount", pa.decimal128(10, 2))), delta(("amount", pa.decimal128(12, 2))))
+
+
+@pytest.mark.parametrize("batch, path", [
+    (delta(("items", pa.list_(pa.struct([("city", pa.int32())]))), ("by", pa.map_(pa.string(), ADDRESS))),
+     "items[].city"),
+    (delta(("items", pa.list_(ADDRESS)), ("by", pa.map_(pa.string(), pa.string()))), "by{}"),
+])
+def test_a_changed_type_inside_an_array_or_a_map_is_named_by_its_path(batch, path):
+    table = delta(("items", pa.list_(ADDRESS)), ("by", pa.map_(pa.string(), ADDRESS)))
+    with pytest.raises(ColumnTypeChanged) as refused:
+        widen(table, batch)
+    assert refused.value.path == path
 
 
 def test_a_map_key_of_another_type_is_refused():
