@@ -13,9 +13,15 @@ Cases, each over the same records (an order of about 200 bytes as JSON, 8 fields
 * ``protobuf`` — the same records as a Protobuf message (:class:`FramedBlockDecoder` over
   :class:`~pipelines.runtime.protobuf_records.ProtobufValues`: protobuf's C++ parser per record,
   then the message's fields read into a dict);
-* ``protobuf-parse-only`` — protobuf's ``FromString`` over the values and nothing else.
+* ``protobuf-parse-only`` — protobuf's ``FromString`` over the values and nothing else;
+* ``spark-from_json``, ``spark-from_avro`` — the alternative of decoding in the JVM: Spark's own
+  ``from_json`` and spark-avro's ``from_avro`` (after ``substring`` strips the 5-byte header; one
+  reader schema for every record, as ``from_avro`` takes) over the values cached in the JVM, one
+  task thread (``local[1]``), written to the noop sink; CPU is the driver's whole process tree.
+  spark-avro is fetched by Spark from Maven Central on first use (``spark.jars.packages``);
+  ``--no-spark`` leaves both out.
 
-Usage: ``.venv/bin/python bench/bench_decode_formats.py [--records 200000] [--reps 3]``. Writes
+Usage: ``.venv/bin/python bench/bench_decode_formats.py [--records 200000] [--reps 3] [--no-spark]``. Writes
 bench/results/decode-formats.json and .md; reports records/s (best of ``--reps``), CPU-seconds per
 million records, and each case's ratio to ``json`` measured in the same run.
 """
@@ -114,11 +120,58 @@ def _measure(decode, blocks, reps: int) -> dict:
             "cpu_s_per_million": best_cpu / rows * 1e6}
 
 
+SPARK_AVRO = "org.apache.spark:spark-avro_2.13:{version}"
+
+
+def _spark_cases(json_values: list[bytes], avro_values: list[bytes], reps: int) -> dict:
+    """``spark-from_json`` and ``spark-from_avro`` (module docstring): the values in a cached JVM
+    DataFrame, decoded by one task thread into the noop sink."""
+    import pyspark
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    from bench.e2e_case import tree_cpu_seconds
+
+    spark = (SparkSession.builder.master("local[1]").appName("bench-decode-formats")
+             .config("spark.jars.packages", SPARK_AVRO.format(version=pyspark.__version__))
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")  # the cached local data makes "task of very large size" warnings
+    try:
+        def frame(values):
+            df = spark.createDataFrame([(v,) for v in values], "value BINARY").coalesce(1).cache()
+            df.count()
+            return df
+
+        json_df, avro_df = frame(json_values), frame(avro_values)
+        queries = {
+            "spark-from_json": json_df.select(F.from_json(F.col("value").cast("string"), JSON_SCHEMA).alias("r"))
+            .select("r.*"),
+            "spark-from_avro": avro_df.select(from_avro(F.expr("substring(value, 6, length(value) - 5)"),
+                                                        json.dumps(NEW)).alias("r")).select("r.*"),
+        }
+        out = {}
+        for name, query in queries.items():
+            best_wall, best_cpu = float("inf"), float("inf")
+            for _ in range(reps + 1):  # the first run compiles the plan's code
+                cpu0, wall0 = tree_cpu_seconds(), time.perf_counter()
+                query.write.format("noop").mode("overwrite").save()
+                wall, cpu = time.perf_counter() - wall0, tree_cpu_seconds() - cpu0
+                best_wall, best_cpu = min(best_wall, wall), min(best_cpu, cpu)
+            rows = len(json_values)
+            out[name] = {"rows": rows, "seconds": best_wall, "records_per_s": rows / best_wall,
+                         "cpu_s_per_million": best_cpu / rows * 1e6}
+        return out
+    finally:
+        spark.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    parser.add_argument("--no-spark", action="store_true", help="leave out the Spark from_json / from_avro cases")
     args = parser.parse_args()
 
     records = [_record(n) for n in range(args.records)]
@@ -165,6 +218,10 @@ def main() -> None:
     for name, (decode, blocks) in cases.items():
         results["cases"][name] = _measure(decode, blocks, args.reps)
         print(f"{name}: {results['cases'][name]['records_per_s']:,.0f} records/s", file=sys.stderr)
+    if not args.no_spark:
+        for name, row in _spark_cases(json_values, avro_values, args.reps).items():
+            results["cases"][name] = row
+            print(f"{name}: {row['records_per_s']:,.0f} records/s", file=sys.stderr)
     base = results["cases"]["json"]["records_per_s"]
     lines = [f"Decoding {args.records:,} records of {results['mean_json_bytes']:.0f} B as JSON "
              f"({results['mean_avro_bytes']:.0f} B as Avro, {results['mean_protobuf_bytes']:.0f} B as Protobuf) in blocks of {BLOCK:,}, one process, best of {args.reps}.",
