@@ -38,7 +38,7 @@ DATA_LOSS = "KAFKA_DATA_LOSS"
 NO_STARTING_OFFSET = "NO_STARTING_OFFSET"
 DATA_LOSS_REASON = "data_loss"  # the dead-letter reason of a lost-range marker row
 STOPPED_METADATA = "scg:stopped:"  # Kafka commit metadata prefix of a stopped partition (scg describe reads it)
-METADATA_LIMIT = 1000               # characters of Kafka commit metadata a broker takes by default (4096 max)
+METADATA_LIMIT = 1000  # characters of a stopped partition's commit metadata (brokers take 4096: offset.metadata.max.bytes)
 
 
 def stopped_metadata(condition: str, detail: str) -> str:
