@@ -1,6 +1,7 @@
 """Schema changes that never stop the stream: two `scg run` members read one topic of Avro records
-with Avro keys (confluent-kafka's own AvroSerializer, a real schema registry) as their producers move through
-three versions. A top-level field added, then a field added inside a nested record: the table
+with Avro keys (confluent-kafka's own AvroSerializer, a real schema registry) as their producers
+move through three versions. A top-level field added (a producer still on the first version, and
+a value no reader can use, next to it), then a field added inside a nested record: the table
 gains each as a nullable column in the commit of the first batch that carries it, and the members
 go on in the same query. Then a version that changes a column's type: the members stop their
 batches under SCHEMA_INCOMPATIBLE (progress lines, `scg describe`), write none of its records,
@@ -51,6 +52,17 @@ def _produce(bootstrap, topic, keys, values) -> set[tuple[str, int, int]]:
     return acked
 
 
+def _statuses(path) -> list[str]:
+    """The STATUS of each partition as ``scg describe --pipeline`` shows it."""
+    described = subprocess.run([sys.executable, "-m", "pipelines.cli", "describe", "--pipeline", str(path), "--json"],
+                               cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    return [p["status"] for p in json.loads(described.stdout)["partitions"]]
+
+
+def _all_stopped(statuses: list[str]) -> bool:
+    return len(statuses) == PARTITIONS and all(s.startswith("stopped: SCHEMA_INCOMPATIBLE") for s in statuses)
+
+
 def _columns(path) -> str:
     return DeltaTable(str(path)).schema().to_json()
 
@@ -97,10 +109,8 @@ def test_the_table_follows_added_fields_and_stops_at_a_changed_type(bootstrap, s
         for n in range(PARTITIONS)])
     for member in members:
         member.wait_for(r"SCHEMA_INCOMPATIBLE.*column item: the table has string, the batch long", 120)
-    described = subprocess.run([sys.executable, "-m", "pipelines.cli", "describe", "--pipeline", str(path), "--json"],
-                               cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
-    statuses = {(p["topic"], p["partition"]): p["status"] for p in json.loads(described.stdout)["partitions"]}
-    assert all(status.startswith("stopped: SCHEMA_INCOMPATIBLE") for status in statuses.values()), statuses
+    wait_until(lambda: _all_stopped(_statuses(path)), 120,
+               lambda: f"scg describe to show every partition stopped: {_statuses(path)}")
     assert all(member.proc.poll() is None for member in members)
     for member in members:
         member.stop()
