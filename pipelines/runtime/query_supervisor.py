@@ -14,6 +14,7 @@ RESTARTING     the backoff is over and the start succeeds                   RUNN
 RUNNING        the query failed with a transient fault                      RESTARTING
 RUNNING        the table refused a batch                                    FENCED
 RUNNING        ... of an older claim, the partition claimed again since     STARTING
+RUNNING        ... with an assignment since the query started               STARTING
 RUNNING        an available-now query read everything                       FINISHED
 STARTING,      the partitions were revoked before the start                 IDLE
 RESTARTING

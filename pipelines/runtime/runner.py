@@ -89,6 +89,8 @@ class PipelineRunner:
         self._lock = threading.RLock()
         self._wake = threading.Event()      # the main thread has a start to make now
         self._generation: Generation | None = None
+        self._assignments = 0               # assignments received so far
+        self._assignments_at_start = 0      # ... when the query last started reading
         self._polled_batches = 0            # committed batches as seen at the last poll
         self.supervisor = QuerySupervisor(RestartPolicy(RESTART_BACKOFF, MAX_UNKNOWN_RESTARTS, clock, classify),
                                           clock, self._retrying)
@@ -143,6 +145,7 @@ class PipelineRunner:
         with self._lock:
             partitions = tuple(sorted(partitions))
             self._generation = generation
+            self._assignments += 1
             if self.watch is not None:
                 self.watch.assignment_arrived()
             running = self.reader.query is not None or self.supervisor.pending
@@ -220,35 +223,48 @@ class PipelineRunner:
                 self.server = None
 
     def check(self) -> QueryState:
-        """One look at the query: make a start that is due, restart a failed query after its
-        backoff, raise the failure that ends the member. The query's state after the look."""
+        """One look at the query: settle a query that stopped, make a start that is due, restart a
+        failed query after its backoff, raise the failure that ends the member. The query's state
+        after the look."""
         with self._lock:
             supervisor, reader = self.supervisor, self.reader
             supervisor.raise_if_failed()
             supervisor.judge_streak(reader.query is not None)
+            if reader.query is not None and not reader.query.isActive:
+                self._query_stopped(reader.query)  # before any start: a start never joins a stopped query
             if not supervisor.pending and self.owned.recheck_due():
                 supervisor.may_run_again()  # a stopped partition can run again: start over all owned
             if supervisor.start_due() and self.owned.partitions:
                 self._start()
-                return supervisor.state
-            query = reader.query
-            if query is None or query.isActive:
-                return supervisor.state
-            error, refused, failure = query.exception(), reader.refused_batch is not None, reader.failure
-            reader.stop()
-            if refused and self.owned.partitions and self.owned.claimed_since(failure):
-                self.progress.note("the refused batch was written under an earlier claim; this member has "
-                                   "claimed its partitions again since: starting over them")
-                supervisor.may_run_again()
-                return supervisor.state
-            if error is None or refused:
-                supervisor.query_ended(refused=error is not None)
-                if error is not None:
-                    self.progress.note("query stopped after a refused batch; waiting for the group to rebalance")
-                return supervisor.state
+            return supervisor.state
+
+    def _query_stopped(self, query) -> None:
+        """Lock held: the query stopped by itself. When the group has assigned this member
+        partitions since the query last started, it starts over them at once (the assignment may
+        have come while the query was stopping); so it does after a refused batch whose partition
+        it has claimed again since. Otherwise a refused batch waits for the group's next
+        assignment (FENCED), a query that read everything is FINISHED, and a failed one is
+        restarted after a backoff or ends the member."""
+        supervisor, reader = self.supervisor, self.reader
+        error, refused, failure = query.exception(), reader.refused_batch is not None, reader.failure
+        reader.stop()
+        if error is not None and not refused:
             supervisor.query_failed(_cause(failure, error))
             supervisor.raise_if_failed()
-            return supervisor.state
+            return
+        assigned_since = bool(self.owned.partitions) and self._assignments != self._assignments_at_start
+        if refused and assigned_since:
+            self.progress.note("query stopped after a refused batch; the group has assigned this member "
+                               "partitions since: starting over them")
+        elif refused and self.owned.partitions and self.owned.claimed_since(failure):
+            self.progress.note("the refused batch was written under an earlier claim; this member has "
+                               "claimed its partitions again since: starting over them")
+        elif not assigned_since:
+            supervisor.query_ended(refused=refused)
+            if refused:
+                self.progress.note("query stopped after a refused batch; waiting for the group to rebalance")
+            return
+        supervisor.may_run_again()
 
     def poll_between_batches(self) -> None:
         """Tell the member the application is alive (Kafka's ``poll()``) when no micro-batch is
@@ -289,6 +305,7 @@ class PipelineRunner:
     def _start(self) -> None:
         """Start reading the owned partitions (lock held); a failure is the supervisor's to judge."""
         try:
+            self._assignments_at_start = self._assignments
             self.reader.before_restart()
             self.reader.start(self._generation)
             self.supervisor.started(self.reader.query is not None)
