@@ -30,7 +30,7 @@ from pipelines.runtime.batch_writer import apply_transform
 from pipelines.runtime.pipeline_spec import PipelineSpec
 from pipelines.runtime.protobuf_types import ProtobufFormat
 from pipelines.runtime.records import HEADERS, RecordFormat, classify, dead_letters, good_rows, kafka_row_ddl
-from pipelines.runtime.registry_client import RegistrySchemas, RegistrySettings
+from pipelines.runtime.registry_client import RegistrySettings, process_registry
 from pipelines.runtime.schema_follower import BatchSchema, SchemaFollower
 from sinks.txn_table import STARTUP_STORAGE_OPTIONS, StorageUnavailable, TxnDeltaTable
 
@@ -130,7 +130,7 @@ def _reader_text(settings: RegistrySettings, reader: str, subject: str) -> str:
     """The text of a reader schema: ``reader`` is ``latest`` or a version of ``subject`` (fetched
     now), or a file."""
     if reader == "latest" or reader.isdigit():
-        return RegistrySchemas(settings).subject_version(subject, None if reader == "latest" else int(reader)).text
+        return process_registry(settings).subject_version(subject, None if reader == "latest" else int(reader)).text
     return Path(reader).read_text(encoding="utf-8")
 
 
@@ -203,7 +203,7 @@ def schema_follower(config: PipelineSpec, spark, start: BatchSchema) -> SchemaFo
     def table_for(fmt: RecordFormat) -> TxnDeltaTable:
         return start.table.with_schema(analyse_output(config, spark, fmt).output_schema, add_columns)
 
-    return SchemaFollower(RegistrySchemas(start.fmt.framed.registry), reader_subject(config), add_columns,
+    return SchemaFollower(process_registry(start.fmt.framed.registry), reader_subject(config), add_columns,
                           start, functools.partial(record_format, config), table_for)
 
 

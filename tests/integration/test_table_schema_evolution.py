@@ -11,7 +11,7 @@ import pytest
 from deltalake import DeltaTable
 
 from groupmgr.core import OffsetRange, TopicPartition
-from sinks.txn_table import SchemaIncompatible, TxnDeltaTable
+from sinks.txn_table import FencedWriterError, SchemaIncompatible, TxnDeltaTable
 
 pytestmark = pytest.mark.delta_only
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -107,3 +107,22 @@ def test_delta_spark_reads_a_nested_field_older_files_lack_as_null(tmp_path, spa
     old.with_schema(V2, add_columns=True).commit(rows(V2, T0, range(2, 3)), [OffsetRange("t", 0, 2, 3)], epochs)
     seen = spark.read.format("delta").load(old.path).select("offset", "address.zip", "email").collect()
     assert sorted(tuple(r) for r in seen) == [(0, None, None), (1, None, None), (2, "z2", "e2")]
+
+
+def test_a_commit_that_adds_columns_loses_to_a_new_claim_and_writes_nothing(tmp_path):
+    """docs/DESIGN.md invariant 3 on the schema-changing commit (an overwrite that replaces no
+    file): another member claims the partition between the decision and the commit; the commit
+    fails, decides again, is fenced, and neither its rows nor its columns reach the table."""
+    from tests.integration.test_txn_table import RacedTable
+
+    other = TxnDeltaTable(str(tmp_path / "t"), "app", V1, add_columns=True)
+    epochs = other.claim([T0])
+    other.commit(rows(V1, T0, range(2)), [OffsetRange("t", 0, 0, 2)], epochs)
+    loser = RacedTable(str(tmp_path / "t"), "app", V2, add_columns=True, race=lambda: other.claim([T0]))
+    with pytest.raises(FencedWriterError):
+        loser.commit(rows(V2, T0, range(2, 4)), [OffsetRange("t", 0, 2, 4)], epochs)
+    assert loser.raced and loser.decisions == 1
+    table = DeltaTable(other.path)
+    assert [f.name for f in table.schema().fields] == V1.names
+    assert sorted(table.to_pyarrow_table(columns=["offset"])["offset"].to_pylist()) == [0, 1]
+    assert other.recorded_offsets([T0]) == {T0: 2}
