@@ -33,12 +33,22 @@ def _assert_exact(spark, config, producer: SteadyProducer, members, timeout_s=18
     acked = producer.stop()
     ends = log_end_offsets(acked)
     wait_until(lambda: table_reached(config.sink.path, config.name, ends), timeout_s,
-               "the table to hold every produced record")
+               lambda: _short_of(config, ends, members))
     for member in members:
         member.stop()
     rows = delta_coordinates(spark, config.sink.path)
     assert len(rows) == len(set(rows)), "duplicate (topic, partition, offset) rows"
     assert set(rows) == acked, f"missing {len(acked - set(rows))}, extra {len(set(rows) - acked)}"
+
+
+def _short_of(config, ends, members) -> str:
+    """What a wait for the whole log in the table reports: the partitions short of their ends, and
+    each member's latest lines."""
+    recorded = read_recorded_offsets(config.sink.path, config.name, ends)
+    short = {f"{tp.partition}": f"{recorded.get(tp)}/{end}" for tp, end in sorted(ends.items())
+             if (recorded.get(tp) or 0) < end}
+    tails = "\n".join(f"--- {m.name}:\n{m.tail(15)}" for m in members)
+    return f"the table to hold every produced record (short: {short})\n{tails}"
 
 
 def _all_owned_once(members) -> bool:
