@@ -18,9 +18,11 @@ The files' ``add`` actions and all ``txn`` actions (offsets and owners, re-asser
 commit built on that same snapshot, so a concurrent commit that touched any of these app ids makes
 ours fail (``CommitFailedError``); we re-read and re-decide, reusing the files when the plan is
 unchanged and writing again when it is not (the first files stay unreferenced). Two writers of a
-partition never both win. A table opened with ``add_columns`` commits files that carry columns it
-lacks together with the new schema (nullable columns added, :mod:`sinks.schema_widening`): the
-schema changes in the commit of the first rows that have them, and no file is removed. Thread
+partition never both win. Files whose columns the table cannot read are never committed: a column
+of another type, or (without ``add_columns``) a column the table lacks, is ``SchemaIncompatible``.
+A table opened with ``add_columns`` commits files that carry columns it lacks together with the
+new schema (nullable columns added, :mod:`sinks.schema_widening`): the schema changes in the
+commit of the first rows that have them, and no file is removed. Thread
 safety: a TxnDeltaTable keeps no state between calls, so threads may share one; each call works
 on a snapshot of its own.
 """
@@ -42,7 +44,7 @@ from deltalake.transaction import AddAction, Transaction
 
 from groupmgr.core import OffsetRange, ScgError, TopicPartition
 from sinks.data_files import DataFileWriter, WrittenFiles
-from sinks.schema_widening import ColumnTypeChanged, type_text, widen
+from sinks.schema_widening import ColumnTypeChanged, added_columns, type_text, widen
 
 COMMIT_ATTEMPTS = 5
 # The partition filter of a commit that changes the schema: deltalake writes a new schema only in
@@ -389,7 +391,7 @@ class TxnDeltaTable:
         adds = [AddAction(f.path, f.size, dict(f.partition_values), now, True, f.stats) for f in files]
         properties = CommitProperties(app_transactions=txns,
                                       custom_metadata={**(info or {}), COMMIT_MARKER: marker})
-        widened = self._widened(table) if files and self.add_columns else None
+        widened = self._widened(table) if files else None
         try:
             if widened is None:
                 table.create_write_transaction(adds, "append", self.schema, self.partition_by or None,
@@ -405,14 +407,23 @@ class TxnDeltaTable:
 
     def _widened(self, table: DeltaTable) -> DeltaSchema | None:
         """The snapshot's schema with the columns of :attr:`schema` it lacks, or None when it has
-        them all. Raises SchemaIncompatible when a column changed type."""
+        them all. Raises SchemaIncompatible when a column changed type, or when the files have
+        columns the table lacks and it was not opened with ``add_columns`` (they would be written
+        and never read)."""
         current = json.loads(table.schema().to_json())
         ours = self.file_delta_schema()
         try:
             widened = widen(current, ours)
         except ColumnTypeChanged as changed:
             raise SchemaIncompatible(self.path, str(changed), type_text(current), type_text(ours)) from None
-        return None if widened is current else DeltaSchema.from_json(json.dumps(widened))
+        if widened is current:
+            return None
+        if not self.add_columns:
+            raise SchemaIncompatible(
+                self.path, f"the batch has columns the table lacks: {', '.join(added_columns(current, widened))}, "
+                "and its schema may not change (sink.schema_evolution is fail: set it to add_columns to add them)",
+                type_text(current), type_text(ours))
+        return DeltaSchema.from_json(json.dumps(widened))
 
     @staticmethod
     def _committed_version(table: DeltaTable, marker: str) -> int | None:

@@ -525,10 +525,11 @@ class SinkConfig:
         "Schema fields, `topic`, `partition`, or columns a transform makes.", default="none"))
     schema_evolution: str = field(default="fail", metadata=key_doc(
         "schema_evolution", ENUM, "add_columns", "Delta schema evolution",
-        "What the output table does when the subject's latest version has columns it lacks "
-        "(`format.type` avro or protobuf, `reader_schema: latest`): `fail` stops the stream "
-        "(`SCHEMA_INCOMPATIBLE`, retried until the subject or this setting changes); `add_columns` "
-        "adds them as nullable columns in the commit of the first batch read with that version. "
+        "What the output table does when a batch has columns it lacks: the subject's latest version "
+        "gained fields (`format.type` avro or protobuf, `reader_schema: latest`), or `format.schema` or "
+        "the transform gained columns since the table was written (json). `fail` stops the stream "
+        "(`SCHEMA_INCOMPATIBLE`, retried until the schema or this setting changes); `add_columns` "
+        "adds them as nullable columns in the commit of the first batch that has them. "
         "A changed column type stops the stream either way."))
 
 

@@ -486,16 +486,21 @@ def _check_reader_warm_up(ctx: Ctx, top: Section, source: SourceConfig) -> None:
 
 
 def _check_schema_evolution(ctx: Ctx, top: Section, sink: SinkConfig, fmt: FormatConfig) -> None:
-    """``sink.schema_evolution: add_columns`` follows the registry subject's latest version: it
-    needs a registry format read with ``reader_schema: latest``, and no transform (a transform
-    decides the output's columns itself)."""
+    """``sink.schema_evolution: add_columns`` adds the columns the output has and the table lacks.
+    With avro or protobuf it follows the registry subject's latest version: it needs
+    ``reader_schema: latest``, and no transform (a transform decides the output's columns
+    itself). With json the output's columns are ``format.schema``'s (or the transform's); a raw
+    value has no columns to add."""
     if sink.schema_evolution != "add_columns":
         return
     line, path = top.section("sink", SINK_KEYS).line_of("schema_evolution")
-    if fmt.type not in ("avro", "protobuf"):
+    if fmt.type not in ("avro", "protobuf", "json"):
         ctx.fail(line, path, C.CONFLICTING_FIELDS,
-                 f"schema_evolution add_columns follows a schema registry subject; format type {fmt.type} has "
-                 "none (use format.type avro or protobuf, or remove it)", fields=("sink.schema_evolution", "format.type"))
+                 f"schema_evolution add_columns adds the records' new fields as columns; format type {fmt.type} "
+                 "has no fields (use format.type json, avro or protobuf, or remove it)",
+                 fields=("sink.schema_evolution", "format.type"))
+    if fmt.type == "json":
+        return
     if fmt.reader_schema != "latest":
         ctx.fail(line, path, C.CONFLICTING_FIELDS,
                  "schema_evolution add_columns follows the subject's latest version; format.reader_schema "

@@ -1,6 +1,6 @@
 """A TxnDeltaTable with ``add_columns``: a commit whose files carry new columns adds them to the
-table in that same commit, removes no file, and keeps its exactly-once transactions; a changed
-column type is refused with nothing written. Real Delta tables, read back with deltalake (and
+table in that same commit, removes no file, and keeps its exactly-once transactions; without it
+such files are refused with nothing written, and so is a changed column type either way. Real Delta tables, read back with deltalake (and
 delta-spark for nested fields older files lack)."""
 from __future__ import annotations
 
@@ -76,22 +76,30 @@ def test_a_writer_of_the_old_columns_appends_after_the_table_gained_new_ones(tmp
     assert not any("metaData" in a for a in last_commit(old.path))  # the append left the schema alone
 
 
-def test_without_add_columns_the_schema_never_changes(tmp_path):
+def test_without_add_columns_files_with_new_columns_are_refused_and_nothing_is_written(tmp_path):
+    """Committed, their new columns would be in the files and in no reader's view of the table."""
     old = TxnDeltaTable(str(tmp_path / "t"), "app", V1)
     epochs = old.claim([T0])
-    old.with_schema(V2, add_columns=False).commit(rows(V2, T0, range(2)), [OffsetRange("t", 0, 0, 2)], epochs)
+    old.commit(rows(V1, T0, range(2)), [OffsetRange("t", 0, 0, 2)], epochs)
+    version = DeltaTable(old.path).version()
+    with pytest.raises(SchemaIncompatible) as refused:
+        old.with_schema(V2, add_columns=False).commit(rows(V2, T0, range(2, 4)), [OffsetRange("t", 0, 2, 4)], epochs)
+    assert "columns the table lacks: address.zip, email" in str(refused.value)
+    assert "schema_evolution is fail" in str(refused.value)
     assert [f.name for f in DeltaTable(old.path).schema().fields] == V1.names
+    assert DeltaTable(old.path).version() == version and old.recorded_offsets([T0]) == {T0: 2}
 
 
-def test_a_changed_column_type_is_refused_and_nothing_is_written(tmp_path):
-    old = TxnDeltaTable(str(tmp_path / "t"), "app", V1, add_columns=True)
+@pytest.mark.parametrize("add_columns", [True, False])
+def test_a_changed_column_type_is_refused_and_nothing_is_written(tmp_path, add_columns):
+    old = TxnDeltaTable(str(tmp_path / "t"), "app", V1, add_columns=add_columns)
     epochs = old.claim([T0])
     old.commit(rows(V1, T0, range(2)), [OffsetRange("t", 0, 0, 2)], epochs)
     version = DeltaTable(old.path).version()
     changed = pa.schema(COORDINATES + [("v", pa.int64())])
     batch = pa.table({"topic": ["t"], "partition": [0], "offset": [2], "v": [7]}, schema=changed)
     with pytest.raises(SchemaIncompatible) as refused:
-        old.with_schema(changed, add_columns=True).commit(batch, [OffsetRange("t", 0, 2, 3)], epochs)
+        old.with_schema(changed, add_columns=add_columns).commit(batch, [OffsetRange("t", 0, 2, 3)], epochs)
     assert refused.value.condition == "SCHEMA_INCOMPATIBLE"
     assert "column v: the table has string, the batch long" in str(refused.value)
     assert "address:struct<city:string>" in refused.value.table_schema

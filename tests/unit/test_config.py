@@ -275,6 +275,12 @@ def test_raw_format_partitions_by_kafka_coordinates(tmp_path: Path):
     assert config.sink.partition_by == ("topic", "partition")
 
 
+def test_a_json_pipeline_may_add_columns_with_or_without_a_transform(tmp_path: Path):
+    assert load(tmp_path, sink={"path": "t", "schema_evolution": "add_columns"}).sink.schema_evolution == "add_columns"
+    config = load(tmp_path, transform="SELECT * FROM `input`", sink={"path": "t", "schema_evolution": "add_columns"})
+    assert config.sink.schema_evolution == "add_columns"
+
+
 def test_partition_by_schema_field(tmp_path: Path):
     assert load(tmp_path, sink={"path": "t", "partition_by": ["name"]}).sink.partition_by == ("name",)
 
