@@ -147,7 +147,9 @@ def storage_checks(config) -> Iterator[CheckLine]:
     from pipelines.runtime.storage_probe import check_writable
 
     options = config.storage.delta_storage_options()
-    for name, path in (("table", config.sink.path), ("dead-letter table", config.sink.dead_letter_path)):
+    tables = [(f"table {t.name}" if config.sink.tables else "table", t.path)
+              for t in config.sink.output_tables(config.transform)]
+    for name, path in (*tables, ("dead-letter table", config.sink.dead_letter_path)):
         try:
             yield CheckLine(OK, f"{name} {path}", f"writable: {check_writable(path, options)}")
         except ScgError as exc:

@@ -98,6 +98,7 @@ def _describe_pipeline(path: str, as_json: bool) -> int:
     from pipelines.runtime.membership import member_config_for, resolve_topics
     from pipelines.runtime.broker_probe import log_end_offsets
     from sinks.data_files import unreferenced_files
+    from pipelines.runtime.start_offsets import lowest_recorded
     from sinks.txn_table import read_recorded_offsets
 
     config = load_pipeline(path)
@@ -106,20 +107,22 @@ def _describe_pipeline(path: str, as_json: bool) -> int:
     desc = describe_group(config.kafka.bootstrap_string, config.group.id, {**client, **QUIET},
                           client_kwargs=member_config_for(config).client_kwargs)
     partitions = _topic_partitions(config, resolve_topics(config))
-    delta = read_recorded_offsets(config.sink.path, config.name, partitions,
-                                  config.storage.delta_storage_options())
+    outputs = [table.path for table in config.sink.output_tables(config.transform)]
+    delta = lowest_recorded([read_recorded_offsets(table, config.name, partitions, config.storage.delta_storage_options())
+                     for table in outputs])
     log_end = log_end_offsets(config.kafka.confluent_config(), partitions)  # unanswered: no lag shown
     group = {(p.topic, p.partition): p for p in desc.partitions}
     rows = [_row(tp, delta.get(tp), group.get(tuple(tp)), log_end.get(tp)) for tp in partitions]
     orphans = {path: _unreferenced(unreferenced_files, path, config.storage.delta_storage_options())
-               for path in (config.sink.path, config.sink.dead_letter_path)}
+               for path in (*outputs, config.sink.dead_letter_path)}
     if as_json:
-        print(json.dumps({"group": to_json(desc), "table": config.sink.path,
+        print(json.dumps({"group": to_json(desc), "table": config.sink.path, "tables": outputs,
                           "partitions": [asdict(r) for r in rows],
                           "unreferenced_files": orphans}, indent=2))
     else:
         print(format_table(desc))
-        print(f"\nDelta table {config.sink.path}")
+        print(f"\nDelta table {config.sink.path}" if len(outputs) == 1 else
+              f"\nDelta tables {', '.join(outputs)} (DELTA-VERSION: the lowest any of them holds)")
         print(_table(rows))
         for path, found in orphans.items():
             if found and found["count"]:

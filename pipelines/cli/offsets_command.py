@@ -53,6 +53,14 @@ class OffsetsView:
     table: object | None
     dead_table: object | None
     states: tuple[PartitionState, ...]
+    routed: tuple[tuple[str, object | None], ...] = ()  # (name, table) of a routing pipeline's further tables
+
+    def output_tables(self, config) -> list[tuple[str, str, object | None]]:
+        """(name, path, table or None) of every output table, in route order."""
+        specs = config.sink.output_tables(config.transform)
+        names = [f"output {t.name}" if config.sink.tables else "output" for t in specs]
+        tables = [self.table, *(table for _, table in self.routed)]
+        return [(name, spec.path, table) for name, spec, table in zip(names, specs, tables)]
 
     @property
     def members(self) -> list[tuple[str, str | None, str]]:
@@ -80,6 +88,7 @@ def read_view(config, wanted: Sequence[TopicPartition] | None, probe=None) -> Of
     from groupmgr.describe import describe_group
     from pipelines.runtime.broker_probe import BrokerProbe
     from pipelines.runtime.membership import member_config_for, resolve_topics
+    from pipelines.runtime.start_offsets import lowest_recorded
 
     existing = _topic_partitions(config, resolve_topics(config))
     partitions = select_partitions(existing, wanted) if wanted is not None else tuple(existing)
@@ -94,9 +103,10 @@ def read_view(config, wanted: Sequence[TopicPartition] | None, probe=None) -> Of
         if own_probe:
             probe.close()
     storage = config.storage.delta_storage_options()
-    table = existing_table(config.sink.path, config.name, storage)
+    table, *routed = (existing_table(spec.path, config.name, storage)
+                      for spec in config.sink.output_tables(config.transform))
     dead = existing_table(config.sink.dead_letter_path, config.name, storage)
-    ours = table.recorded_offsets(partitions) if table else {}
+    ours = lowest_recorded([t.recorded_offsets(partitions) for t in (table, *routed) if t is not None])
     dead_letters = dead.recorded_offsets(partitions) if dead else {}
     committed = {(p.topic, p.partition): p for p in group.partitions}
     states = []
@@ -106,7 +116,8 @@ def read_view(config, wanted: Sequence[TopicPartition] | None, probe=None) -> Of
                                      getattr(row, "metadata", "") or "", getattr(log, "earliest", None),
                                      getattr(log, "latest", None), getattr(log, "topic_id", None),
                                      logs.errors.get(tp)))
-    return OffsetsView(group, table, dead, tuple(states))
+    return OffsetsView(group, table, dead, tuple(states),
+                       tuple((spec.name, t) for spec, t in zip(config.sink.tables[1:], routed)))
 
 
 def existing_table(path: str, app_id: str, storage_options):
@@ -151,8 +162,8 @@ def _reset(config, args, target, wanted) -> int:
     plan = build_plan(view.states, target, at_time)
     print(f"pipeline {config.name}, group {config.group.id}")
     print("\n".join(plan.lines()))
-    for name, table, path in (("output", view.table, config.sink.path),
-                              ("dead-letter", view.dead_table, config.sink.dead_letter_path)):
+    for name, path, table in (*view.output_tables(config),
+                              ("dead-letter", config.sink.dead_letter_path, view.dead_table)):
         if table is None:
             print(f"the {name} table {path} does not exist yet: nothing to move there")
     if args.dry_run:
@@ -183,7 +194,8 @@ def write_reset(view: OffsetsView, plan: ResetPlan, who: str, command: str) -> l
     more), then set their offsets in one commit per table, output first (the topic IDs there
     too); one line per table written. A failure before any table was written is raised as it
     is (at most owner epochs moved); after one, ResetIncomplete names what was written."""
-    tables = [(name, t) for name, t in (("output", view.table), ("dead-letter", view.dead_table)) if t is not None]
+    tables = [(name, t) for name, t in (("output", view.table), *((f"output {n}", t) for n, t in view.routed),
+                                        ("dead-letter", view.dead_table)) if t is not None]
     partitions = list(plan.offsets)
     ids = {s.tp: s.topic_id for s in view.states if s.tp in plan.offsets and s.topic_id is not None}
     epochs = {name: table.claim(partitions) for name, table in tables}
@@ -191,7 +203,7 @@ def write_reset(view: OffsetsView, plan: ResetPlan, who: str, command: str) -> l
     for name, table in tables:
         try:
             before = table.recorded_offsets(partitions)  # after the claim: no member moves them any more
-            table.record_partitions(epochs[name], plan.offsets, ids if name == "output" else {},
+            table.record_partitions(epochs[name], plan.offsets, ids if name.startswith("output") else {},
                                     commit_info(plan, before, who, command))
         except Exception as exc:  # noqa: BLE001 - after a table was written, the reset is incomplete
             if not written:
@@ -257,8 +269,8 @@ COLUMNS = ("TOPIC", "PARTITION", "TABLE", "DEAD-LETTERS", "GROUP", "LOG-START", 
 def _text(config, view: OffsetsView) -> str:
     group = view.group
     lines = [f"pipeline {config.name}  group {config.group.id}  state {group.state}  members {len(group.members)}"]
-    for name, table, path in (("output", view.table, config.sink.path),
-                              ("dead-letter", view.dead_table, config.sink.dead_letter_path)):
+    for name, path, table in (*view.output_tables(config),
+                              ("dead-letter", config.sink.dead_letter_path, view.dead_table)):
         lines.append(f"{name} table {path}" + (f" (version {table.snapshot().version()})" if table
                                                else " (does not exist yet)"))
     rows = [COLUMNS] + [tuple(_cell(v) for v in (s.tp.topic, s.tp.partition, s.table, s.dead_letters, s.committed,
@@ -281,7 +293,8 @@ def _json(config, view: OffsetsView) -> dict:
                       "members": [asdict(m) | {"partitions": [list(p) for p in m.partitions]}
                                   for m in view.group.members]},
             "tables": {"output": table(view.table, config.sink.path),
-                       "dead_letters": table(view.dead_table, config.sink.dead_letter_path)},
+                       "dead_letters": table(view.dead_table, config.sink.dead_letter_path),
+                       **{f"output {name}": table(t, path) for name, path, t in view.output_tables(config)[1:]}},
             "partitions": [{"topic": s.tp.topic, "partition": s.tp.partition, "table": s.table,
                             "dead_letters": s.dead_letters, "group": s.committed, "group_metadata": s.metadata,
                             "log_start": s.log_start, "log_end": s.log_end, "lag": s.lag,

@@ -45,7 +45,9 @@ def run_pipeline(config: PipelineConfig, stop: threading.Event | None = None,
     stop = stop or threading.Event()
     runner_out, out = out, out or _logged
     out(f"[scg] starting pipeline {config.name}: group {config.group.id}, "
-        f"topics {', '.join(config.topics) or config.topic_pattern}, table {config.sink.path}")
+        f"topics {', '.join(config.topics) or config.topic_pattern}, "
+        + (f"table {config.sink.path}" if not config.sink.tables else
+           "tables " + ", ".join(f"{t.name} ({t.path})" for t in config.sink.tables)))
     check_kafka_access(config.kafka, config.topics, config.group.id, CHECK_TIMEOUT_S,
                        topic_pattern=config.topic_pattern, session_timeout_ms=config.group.session_timeout_ms,
                        rebalance_timeout_ms=config.group.rebalance_timeout_ms,

@@ -41,6 +41,7 @@ SECTION, STRING, ENUM, DURATION, POSITIVE_INT, BOOL = ("section", "string", "one
                                                        "positive integer", "true or false")
 LOCATION, PEM_FILE, SECRET = "path or URI", "path of a PEM file", "secret: `${ENV}`, or `<key>_file: path`"
 SETTINGS, NAMES = "mapping of setting -> value", "list of names"
+SECTIONS = "list of sections"  # a list whose items are sections of one kind (``sink.tables``)
 
 
 @dataclass(frozen=True)
@@ -508,14 +509,70 @@ class FormatConfig:
                          for f in self.schema)
 
 
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@dataclass(frozen=True)
+class RouteConfig:
+    """Which records one of several output tables takes (exactly one of the three ways)."""
+
+    topics: tuple[str, ...] = field(default=(), metadata=key_doc(
+        "topics", NAMES, "[orders]", "a condition on the record's topic",
+        "The records of these topics.", default="not set"))
+    column: str | None = field(default=None, metadata=key_doc(
+        "field", STRING, "kind", "a condition on one column of the output row",
+        "With `values`: the records whose column holds one of them, compared as text "
+        "(`CAST(field AS STRING) IN (...)`).", default="not set"))
+    values: tuple[str, ...] = field(default=(), metadata=key_doc(
+        "values", "list of values", "[order, sale]", "the values of `field` the table takes",
+        "Strings, numbers or booleans, each compared as its text.", default="not set"))
+    where: str | None = field(default=None, metadata=key_doc(
+        "where", "Spark SQL condition", "kind = 'refund' AND total > 0", "a Spark SQL condition over the output row",
+        "The records it is true for (null counts as false). It reads the output row's columns: `topic`, "
+        "`partition`, `offset`, `timestamp`, `key`, the format's fields.", default="not set"))
+
+    def condition(self) -> str:
+        """The route as one Spark SQL condition over the output row."""
+        if self.topics:
+            return f"`topic` IN ({', '.join(_sql_text(t) for t in self.topics)})"
+        if self.column is not None:
+            name = "`" + self.column.replace("`", "``") + "`"
+            return f"CAST({name} AS STRING) IN ({', '.join(_sql_text(v) for v in self.values)})"
+        return f"({self.where})"
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """One of several output tables: where it is, what it takes, and how its rows are shaped."""
+
+    name: str = field(metadata=key_doc(
+        "name", STRING, "refunds", "progress lines and errors",
+        "Letters, digits, `_`, `.`, `-`; unique among the tables.", default="required"))
+    path: str = field(metadata=key_doc(
+        "path", LOCATION, "s3a://lake/refunds", "the table (written with deltalake)",
+        "As `sink.path`; outside the other tables.", default="required"))
+    partition_by: tuple[str, ...] = field(default=(), metadata=key_doc(
+        "partition_by", NAMES, "[topic]", "the table's Delta partition columns",
+        "As `sink.partition_by`, for this table's rows.", default="none"))
+    transform: str | None = field(default=None, metadata=key_doc(
+        "transform", "Spark SQL", "SELECT id, total FROM input", "a Spark SQL query per batch, for this table",
+        "As the top-level `transform`, over the rows this table's route takes.", default="not set"))
+    route: RouteConfig | None = field(default=None, metadata=key_doc(
+        "route", SECTION, "{topics: [refunds]}", "which records the table takes",
+        "`topics`, `field` with `values`, or `where`. Required unless there is one table.",
+        default="every record"))
+
+
 @dataclass(frozen=True)
 class SinkConfig:
-    """The Delta table and its dead-letter table (absolute paths or URIs)."""
+    """The Delta table (or several, with routes) and the dead-letter table (absolute paths or URIs)."""
 
     path: str = field(metadata=key_doc(
         "path", LOCATION, "s3a://lake/orders", "the output Delta table (written with deltalake)",
         "A local path (relative to the pipeline file) or a URI: `file://`, `hdfs://`, `s3a://`, `s3://`, "
-        "`abfss://`, `gs://`.", default="required"))
+        "`abfss://`, `gs://`. With `tables`, not given (it is then the first table's).",
+        default="required unless `tables`"))
     dead_letter_path: str = field(metadata=key_doc(
         "dead_letter_path", LOCATION, "s3a://lake/orders_dead_letters", "the dead-letter Delta table",
         "Where records that cannot be used land, once each. Must be outside `path`.",
@@ -531,6 +588,23 @@ class SinkConfig:
         "(`SCHEMA_INCOMPATIBLE`, retried until the schema or this setting changes); `add_columns` "
         "adds them as nullable columns in the commit of the first batch that has them. "
         "A changed column type stops the stream either way."))
+    tables: tuple[TableConfig, ...] = field(default=(), metadata=key_doc(
+        "tables", SECTIONS, "[{name: refunds, path: s3a://lake/refunds, route: {topics: [refunds]}}]",
+        "several output tables, each committed exactly once per batch",
+        "Route each record to the tables whose `route` takes it (docs/pipelines.md). Instead of `path`, "
+        "`partition_by` and the top-level `transform`. A record no route takes is a dead letter `unrouted`.",
+        default="none: one table, `path`"))
+    route: str = field(default="one", metadata=key_doc(
+        "route", ENUM, "all", "how many of `tables` a record may land in",
+        "`one`: exactly one; a record that several routes take is a dead letter `ambiguous_route` (routes "
+        "by topic, or by one field's values, that overlap are refused). `all`: every table whose route "
+        "takes it."))
+
+    def output_tables(self, transform: str | None) -> tuple[TableConfig, ...]:
+        """The output tables in route order: ``tables``, or the one table ``path`` (with the
+        pipeline's top-level ``transform``) taking every record."""
+        return self.tables or (TableConfig(name="output", path=self.path, partition_by=self.partition_by,
+                                           transform=transform),)
 
 
 @dataclass(frozen=True)

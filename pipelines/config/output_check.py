@@ -38,15 +38,16 @@ class OutputCheckError(ConfigError):
 
 def check_output(config: PipelineConfig, path: str | Path,
                  progress: Callable[[str], None] | None = None) -> None:
-    """Raise :class:`OutputCheckError` when ``scg run`` would reject the file's transform; does
-    nothing (and starts no Spark) for a file without one."""
-    if not config.transform:
+    """Raise :class:`OutputCheckError` when ``scg run`` would reject the file's transform or
+    routes; does nothing (and starts no Spark) for a file with neither."""
+    if not config.transform and not config.sink.tables:
         return
     from pipelines.runtime.pipeline_tables import analyse_output
     from pipelines.runtime.spark_session import get_or_create_spark
 
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
-    say("validate: analysing the transform on a local Spark session (takes a few seconds) ...")
+    what = "the transforms and routes of sink.tables" if config.sink.tables else "the transform"
+    say(f"validate: analysing {what} on a local Spark session (takes a few seconds) ...")
     settings = {k: v for k, v in config.spark_conf().items() if k.startswith("spark.sql.")}
     spark = get_or_create_spark("scg-validate", {**settings, **ANALYSIS_SETTINGS})
     try:
@@ -67,12 +68,16 @@ def located(error: ScgError, path: str | Path, root: Node) -> OutputCheckError:
 
 
 def _line_of(root: Node, field_path: str) -> int:
-    top = dict(root.items())
-    if field_path.startswith("sink.partition_by["):
-        index = int(field_path.split("[", 1)[1].rstrip("]"))
-        columns = dict(top["sink"].items()).get("partition_by") if "sink" in top else None
-        if columns is not None and columns.kind == "seq" and index < len(columns.value):
-            return columns.value[index].line
-        return columns.line if columns is not None else 0
-    node = top.get(field_path.split(".", 1)[0])
-    return node.line if node is not None else 0
+    """The line of ``field_path`` (``sink.tables[1].partition_by[0]``), or of the deepest part of
+    it the file holds."""
+    node, line = root, 0
+    for part in field_path.split("."):
+        name, _, index = part.partition("[")
+        node = dict(node.items()).get(name) if node is not None and node.kind == "map" else None
+        if node is not None and index:
+            position = int(index.rstrip("]"))
+            node = node.value[position] if node.kind == "seq" and position < len(node.value) else node
+        if node is None:
+            return line
+        line = node.line
+    return line

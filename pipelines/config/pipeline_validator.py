@@ -49,16 +49,14 @@ from pipelines.config.yaml_nodes import Condition as C
 from pipelines.config.yaml_nodes import Node, child_path
 from pipelines.config.format_section import (FORMAT_KEYS, FORMAT_TYPES, KEY_KEYS, KEY_TYPES, REGISTRY_KEYS,
                                              SUBJECT_NAMING, framed_field_names, parse_format)
+from pipelines.config.sink_section import (ROUTE_KEYS, ROUTE_MODES, SCHEMA_EVOLUTION, SINK_KEYS, TABLE_KEYS,
+                                           parse_sink, parse_transform, same_or_inside)
 from pipelines.config.tls_file_checks import check_tls_files, check_tls_loading
 from pipelines.runtime.client_creation import librdkafka_refusal
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
-_INPUT_VIEW = re.compile(r"\binput\b", re.IGNORECASE)
-# delta-rs reads a table's location as a URL: these characters make it panic ("Invalid object store
-# url") or, for a %XX escape, open another directory than Spark does
-_NOT_FOR_DELTA_RS = re.compile(r"[\[\]^|\\]|%[0-9A-Fa-f]{2}")
 
 TOP_KEYS = ("name", "kafka", "topics", "topic_pattern", "group", "source", "format", "transform",
             "sink", "trigger", "checkpoint_root", "spark", "storage", "metrics")
@@ -75,8 +73,6 @@ SOURCE_KEYS = ("starting_offsets", "max_offsets_per_trigger", "min_offsets_per_t
 READERS = ("spark-kafka", "scg-kafka")
 ZERO_DURATION = re.compile(r"0+\s*(ms|s|m|h|d)?")
 ON_DATA_LOSS = ("fail", "skip")
-SINK_KEYS = ("path", "partition_by", "dead_letter_path", "schema_evolution")
-SCHEMA_EVOLUTION = ("fail", "add_columns")
 TRIGGER_KEYS = ("processing_time", "available_now")
 METRICS_KEYS = ("enabled", "port", "host")
 STORAGE_KEYS = ("endpoint", "region", "access_key_id", "secret_access_key", "secret_access_key_file",
@@ -122,8 +118,8 @@ def validate_pipeline(root: Node | None, file: str, source_file: Path, env: Mapp
     group = attempt(_group, top)
     source = attempt(_source, top)
     fmt = attempt(parse_format, top)
-    transform = attempt(_transform, top)
-    sink = attempt(_sink, top, _known_columns(top, fmt))
+    transform = attempt(parse_transform, top.get("transform"), "transform")
+    sink = attempt(parse_sink, top, _known_columns(top, fmt), subscription[0] if subscription else None)
     trigger = attempt(_trigger, top)
     if source is not None:
         attempt(_check_reader_warm_up, top, source)
@@ -506,7 +502,7 @@ def _check_schema_evolution(ctx: Ctx, top: Section, sink: SinkConfig, fmt: Forma
                  "schema_evolution add_columns follows the subject's latest version; format.reader_schema "
                  f"pins {fmt.reader_schema!r} (set it to latest, or remove schema_evolution)",
                  fields=("sink.schema_evolution", "format.reader_schema"))
-    if top.get("transform") is not None:
+    if top.get("transform") is not None or any(t.transform for t in sink.tables):
         ctx.fail(line, path, C.CONFLICTING_FIELDS,
                  "schema_evolution add_columns needs the output columns to be the records' fields; a "
                  "transform chooses its own", fields=("sink.schema_evolution", "transform"))
@@ -560,17 +556,6 @@ def _check_limits(ctx: Ctx, sec: Section, limits: Mapping[str, int | None], dela
                  fields=("min_offsets_per_trigger", "max_offsets_per_trigger"))
 
 
-def _transform(ctx: Ctx, top: Section) -> str | None:
-    node = top.get("transform")
-    if node is None:
-        return None
-    sql = as_str(ctx, node, "transform")
-    if not _INPUT_VIEW.search(sql):
-        ctx.fail(node.line, "transform", C.TRANSFORM_WITHOUT_INPUT,
-                 "transform SQL must read from the view named `input`")
-    return sql.strip()
-
-
 def _known_columns(top: Section, fmt: FormatConfig | None) -> tuple[str, ...] | None:
     """The output columns known before a query runs, or None: a transform derives its own (they are
     checked against its output when the query starts, and by ``scg validate``), or format is bad."""
@@ -580,56 +565,6 @@ def _known_columns(top: Section, fmt: FormatConfig | None) -> tuple[str, ...] | 
         names = framed_field_names(fmt)
         return None if names is None else names + KAFKA_COORDINATE_COLUMNS
     return fmt.field_names + KAFKA_COORDINATE_COLUMNS
-
-
-def _sink(ctx: Ctx, top: Section, columns: tuple[str, ...] | None) -> SinkConfig:
-    """``partition_by`` is checked against ``columns`` when they are known."""
-    top.need("sink")
-    sec = top.section("sink", SINK_KEYS)
-    with ctx.independent():
-        path = ctx.attempt(required, sec, "path", _table_location)
-        dead = ctx.attempt(_table_location, sec.get("dead_letter_path"), sec.sub("dead_letter_path")) \
-            if sec.get("dead_letter_path") else None
-        partition_by = ctx.attempt(_partition_by, sec, columns)
-        evolution = (ctx.attempt(as_enum, sec.get("schema_evolution"), sec.sub("schema_evolution"), SCHEMA_EVOLUTION)
-                     if sec.get("schema_evolution") is not None else "fail")
-    dead = dead or f"{path}_dead_letters"  # as safe for delta-rs as path is
-    if _same_or_inside(dead, path) or _same_or_inside(path, dead):
-        ctx.fail(*sec.line_of("dead_letter_path"), C.CONFLICTING_FIELDS,
-                 "dead_letter_path must be outside sink.path (and not contain it)", fields=("path", "dead_letter_path"))
-    return SinkConfig(path=path, dead_letter_path=dead, partition_by=partition_by, schema_evolution=evolution)
-
-
-def _table_location(ctx: Ctx, node: Node, path: str) -> str:
-    """A Delta table's location (see :func:`as_location`; no trailing slash), which delta-rs can open."""
-    location = as_location(ctx, node, path).rstrip("/") or "/"
-    unsafe = _NOT_FOR_DELTA_RS.search(location)
-    if unsafe:
-        ctx.fail(node.line, path, C.BAD_VALUE,
-                 f"{location!r} holds {unsafe.group()!r}, which the Delta writer (delta-rs) cannot use in "
-                 "a table's location (it reads the location as a URL); choose a path without "
-                 "[ ] ^ | \\ or %XX escapes", value=location)
-    return location
-
-
-def _partition_by(ctx: Ctx, sec: Section, allowed: tuple[str, ...] | None) -> tuple[str, ...]:
-    node = sec.get("partition_by")
-    if node is None:
-        return ()
-    path = sec.sub("partition_by")
-    items = [(item, as_str(ctx, item, child_path(path, i))) for i, item in
-             enumerate(as_list(ctx, node, path, "column names"))]
-    unique(ctx, items, path, "column")
-    for index, (item, column) in enumerate(items):
-        if allowed is not None and column not in allowed:
-            ctx.fail(item.line, child_path(path, index), C.BAD_PARTITION_COLUMN,
-                     f"{column!r} is not a column; choose from {', '.join(allowed)}",
-                     column=column, allowed=allowed)
-    return tuple(column for _, column in items)
-
-
-def _same_or_inside(inner: str, outer: str) -> bool:
-    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
 
 
 def _metrics(ctx: Ctx, top: Section) -> MetricsConfig:
@@ -669,14 +604,15 @@ def _trigger(ctx: Ctx, top: Section) -> TriggerConfig:
 
 
 def _checkpoint_root(ctx: Ctx, top: Section, sink: SinkConfig | None) -> str | None:
-    """Outside both tables; not compared with them when the sink section is bad (None then when
+    """Outside every table; not compared with them when the sink section is bad (None then when
     not given: validation raises anyway)."""
     node = top.get("checkpoint_root")
     if node is None:
         return f"{sink.path}_checkpoints" if sink is not None else None
     root = as_location(ctx, node, "checkpoint_root").rstrip("/") or "/"
-    for table in (sink.path, sink.dead_letter_path) if sink is not None else ():
-        if _same_or_inside(root, table) or _same_or_inside(table, root):
+    tables = [t.path for t in sink.output_tables(None)] + [sink.dead_letter_path] if sink is not None else []
+    for table in tables:
+        if same_or_inside(root, table) or same_or_inside(table, root):
             ctx.fail(node.line, "checkpoint_root", C.CONFLICTING_FIELDS,
                      f"checkpoint_root must be outside the table {table} (and not contain it)",
                      fields=("checkpoint_root", "sink.path"))

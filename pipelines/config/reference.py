@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pipelines.config import pipeline_validator as validator
-from pipelines.config.model import DOC, DURATION, ENUM, SECTION, KeyDoc, PipelineConfig
+from pipelines.config.model import DOC, DURATION, ENUM, SECTION, SECTIONS, KeyDoc, PipelineConfig
 from pipelines.config.ranges import FIELD_LENGTHS, FIELD_RANGES, duration_text
 from pipelines.config.yaml_limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_KEY_CHARS, MAX_NODES
 
@@ -28,7 +28,8 @@ SECTION_KEYS: Mapping[str, tuple[str, ...]] = {
     "": validator.TOP_KEYS, "kafka": validator.KAFKA_KEYS, "kafka.security": validator.SECURITY_KEYS,
     "group": validator.GROUP_KEYS, "source": validator.SOURCE_KEYS, "format": validator.FORMAT_KEYS,
     "format.schema_registry": validator.REGISTRY_KEYS, "format.key": validator.KEY_KEYS,
-    "sink": validator.SINK_KEYS, "trigger": validator.TRIGGER_KEYS, "storage": validator.STORAGE_KEYS,
+    "sink": validator.SINK_KEYS, "sink.tables": validator.TABLE_KEYS, "sink.tables.route": validator.ROUTE_KEYS,
+    "trigger": validator.TRIGGER_KEYS, "storage": validator.STORAGE_KEYS,
     "metrics": validator.METRICS_KEYS,
 }
 # The values the validator accepts for each enumerated key.
@@ -42,6 +43,7 @@ CHOICES: Mapping[str, tuple[str, ...]] = {
     "format.type": validator.FORMAT_TYPES,
     "format.subject_naming": validator.SUBJECT_NAMING,
     "sink.schema_evolution": validator.SCHEMA_EVOLUTION,
+    "sink.route": validator.ROUTE_MODES,
     "format.key.type": validator.KEY_TYPES,
 }
 _UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1))
@@ -96,7 +98,7 @@ def documented_keys(model: type = PipelineConfig, section: str = "") -> Iterator
             raise ValueError(f"{model.__name__}.{field.name} has no KeyDoc (pipelines.config.model.key_doc)")
         path = field.name if doc.key is None else _join(section, doc.key)
         yield DocumentedKey(path, section, field, doc)
-        if doc.kind == SECTION:
+        if doc.kind in (SECTION, SECTIONS):
             yield from documented_keys(_section_type(model, field), path)
 
 
@@ -139,8 +141,8 @@ def _row(key: DocumentedKey) -> tuple[str, ...]:
     kind = doc.kind
     if kind == ENUM:
         kind = "one of " + ", ".join(f"`{choice}`" for choice in CHOICES[key.path])
-    elif kind == SECTION:
-        kind = f"section, see [below](#{key.path.replace('.', '')})"
+    elif kind in (SECTION, SECTIONS):
+        kind = f"{kind}, see [below](#{key.path.replace('.', '')})"
     return name, kind, _default(key), f"`{doc.example}`", doc.maps_to, doc.text + _range_text(key)
 
 
@@ -201,8 +203,8 @@ def _section_type(model: type, field: dataclasses.Field) -> type:
     import typing
 
     kind = typing.get_type_hints(model)[field.name]
-    optional = [arg for arg in typing.get_args(kind) if arg is not type(None)]
-    kind = optional[0] if len(optional) == 1 else kind  # an optional section: `Section | None`
+    optional = [arg for arg in typing.get_args(kind) if arg is not type(None) and arg is not Ellipsis]
+    kind = optional[0] if len(optional) == 1 else kind  # `Section | None`, or `tuple[Section, ...]`
     if not dataclasses.is_dataclass(kind):
         raise ValueError(f"{model.__name__}.{field.name} is documented as a section but holds {kind}")
     return kind
@@ -218,7 +220,7 @@ def _check_against_validator(keys: list[DocumentedKey]) -> None:
             raise ValueError(f"section {section or '(top level)'}: keys the validator accepts but no field "
                              f"documents: {sorted(expected - documented)}; documented but not accepted: "
                              f"{sorted(documented - expected)}")
-    sections = {key.path for key in keys if key.doc.kind == SECTION}
+    sections = {key.path for key in keys if key.doc.kind in (SECTION, SECTIONS)}
     if sections != set(SECTION_KEYS) - {""}:
         raise ValueError(f"sections in the model {sorted(sections)} differ from {sorted(SECTION_KEYS)}")
     enums = {key.path for key in keys if key.doc.kind == ENUM}

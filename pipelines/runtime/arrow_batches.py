@@ -103,8 +103,8 @@ class ArrowKafkaBatch:
     def dead(self) -> BatchRows:
         return self.fallback.dead
 
-    def output(self, decided: DeadLetterDecisions | None) -> BatchRows:
-        return self.fallback.output(decided)
+    def output(self, decided: DeadLetterDecisions | None, index: int = 0) -> BatchRows:
+        return self.fallback.output(decided, index)
 
     def release(self) -> None:
         self.fallback.release()

@@ -47,6 +47,7 @@ import pyarrow as pa
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.records import (DEAD_LETTER, OUTPUT, REASON, RecordFormat, classify,
                                        dead_letters, good_rows, kafka_row_ddl, split_rows)
+from pipelines.runtime.routing import Routing, route_column, routed
 from pipelines.runtime.schema_follower import BatchSchema
 from sinks.data_files import METADATA_DDL, DataFileWriter, WrittenFiles, metadata_batch
 from sinks.txn_table import CommitPlan, CommitResult, FencedWriterError, TxnDeltaTable
@@ -58,13 +59,15 @@ class BatchHooks:
     from the environment). Each hook gets the batch id and its planned ranges; the defaults do
     nothing. ``before_commit`` runs after the rows are prepared and before the first Delta commit;
     ``files_written`` (also given what was written) each time the executors have written a table's
-    files and before the driver commits them; ``after_delta_commit`` after both Delta commits and
-    before the Kafka offset commit."""
+    files and before the driver commits them; ``table_committed`` (also given the table's path)
+    after each table's Delta commit; ``after_delta_commit`` after every Delta commit and before
+    the Kafka offset commit."""
 
     before_commit: Callable[[int, tuple[OffsetRange, ...]], None] = lambda batch_id, ranges: None
     files_written: Callable[[int, tuple[OffsetRange, ...], WrittenFiles], None] = \
         lambda batch_id, ranges, written: None
     after_delta_commit: Callable[[int, tuple[OffsetRange, ...]], None] = lambda batch_id, ranges: None
+    table_committed: Callable[[int, tuple[OffsetRange, ...], str], None] = lambda batch_id, ranges, path: None
 
 
 NO_HOOKS = BatchHooks()
@@ -277,7 +280,8 @@ def write_both_tables(dead: PlannedWrite, output: PlannedWrite,
 WARM_UP_TOPIC = "scg-warm-up"
 
 
-def warm_up(spark, fmt: RecordFormat, transform: str | None, tables: TableTargets) -> None:
+def warm_up(spark, fmt: RecordFormat, transform: str | None, tables: TableTargets,
+            routing: Routing | None = None) -> None:
     """Run a micro-batch's path once over one made-up record, before the member joins its group:
     Spark generates the batch's code and starts its Python workers now, not in the first batch
     after an assignment, which the partitions a new member takes over wait for (measured on one
@@ -287,32 +291,35 @@ def warm_up(spark, fmt: RecordFormat, transform: str | None, tables: TableTarget
 
     record = (b"k", b"{}", WARM_UP_TOPIC, 0, 0, datetime.fromtimestamp(0, timezone.utc), 0)
     record += ([("h", b"v")],) if fmt.headers else ()
-    warm_up_batch(spark.createDataFrame([record], kafka_row_ddl(fmt.headers)), fmt, transform, tables)
+    warm_up_batch(spark.createDataFrame([record], kafka_row_ddl(fmt.headers)), fmt, transform, tables, routing)
 
 
-def warm_up_batch(kafka_rows, fmt: RecordFormat, transform: str | None, tables: TableTargets) -> None:
+def warm_up_batch(kafka_rows, fmt: RecordFormat, transform: str | None, tables: TableTargets,
+                  routing: Routing | None = None) -> None:
     """``kafka_rows`` (as Spark's Kafka source gives them) through the batch path, both tables'
     files included, keeping no partition (``keep_from`` is empty): no file is created, nothing is
     committed anywhere. Then both tables' latest snapshots are read, as a batch's plans read
     them (this process's Delta log reading is warm too)."""
-    rehearse_batch(SparkBatch(kafka_rows, fmt, transform), tables)
+    rehearse_batch(SparkBatch(kafka_rows, fmt, transform, routing), tables)
 
 
 def rehearse_batch(batch: PreparedBatch, tables: TableTargets) -> None:
     """``batch`` through its write path, both tables' files included, keeping no partition
     (``keep_from`` is empty): no file is created, nothing is committed anywhere; then both
     tables' latest snapshots are read, as a batch's plans read them."""
-    dead, output = (PlannedWrite(table.file_writer(file_prefix="warm-up"), {})
-                    for table in (tables.dead_table, tables.table))
+    outputs = [table for table, _ in tables.outputs]
+    dead, *writes = (PlannedWrite(table.file_writer(file_prefix="warm-up"), {})
+                     for table in (tables.dead_table, *outputs))
     try:
-        if batch.one_pass:
-            batch.write_both(dead, output)
+        if batch.one_pass and len(writes) == 1:
+            batch.write_both(dead, writes[0])
         else:
             batch.dead.write(dead.writer, {})
-            batch.output(None).write(output.writer, {})
+            for index, output in enumerate(writes):
+                batch.output(None, index).write(output.writer, {})
     finally:
         batch.release()
-    for table in (tables.dead_table, tables.table):
+    for table in (tables.dead_table, *outputs):
         table.snapshot()
 
 
@@ -334,7 +341,8 @@ class PreparedBatch(Protocol):
 
     def write_both(self, dead: PlannedWrite, output: PlannedWrite) -> tuple[WrittenFiles, WrittenFiles]: ...
 
-    def output(self, decided: DeadLetterDecisions | None) -> BatchRows: ...
+    def output(self, decided: DeadLetterDecisions | None, index: int = 0) -> BatchRows:
+        """The rows of output table ``index`` (route order)."""
 
     def release(self) -> None: ...
 
@@ -348,11 +356,12 @@ class SparkBatch:
     kafka_rows: object  # pyspark.sql.DataFrame
     fmt: RecordFormat
     transform: str | None
+    routing: Routing | None = None  # the routes of several output tables (then each has its transform)
     _classified: object = None
 
     @property
     def one_pass(self) -> bool:
-        return self.transform is None
+        return self.transform is None and self.routing is None
 
     def write_both(self, dead: PlannedWrite, output: PlannedWrite) -> tuple[WrittenFiles, WrittenFiles]:
         rows = split_rows(classify(self.kafka_rows, self.fmt), self.fmt)  # read once, not cached
@@ -363,16 +372,22 @@ class SparkBatch:
     @property
     def classified(self):
         if self._classified is None:
-            self._classified = classify(self.kafka_rows, self.fmt).persist()
+            classified = classify(self.kafka_rows, self.fmt)
+            if self.routing is not None:
+                classified = routed(classified, self.fmt, self.routing)
+            self._classified = classified.persist()
         return self._classified
 
     @property
     def dead(self) -> BatchRows:
         return SparkRows(dead_letters(self.classified, self.fmt))
 
-    def output(self, decided: DeadLetterDecisions | None) -> BatchRows:
+    def output(self, decided: DeadLetterDecisions | None, index: int = 0) -> BatchRows:
         classified = self.classified if decided is None else _with_decisions(self.classified, decided)
-        return SparkRows(apply_transform(good_rows(classified, self.fmt), self.transform))
+        if self.routing is None:
+            return SparkRows(apply_transform(good_rows(classified, self.fmt), self.transform))
+        taken = classified.filter(f"`{route_column(index)}`")
+        return SparkRows(apply_transform(good_rows(taken, self.fmt), self.routing.transforms[index]))
 
     def release(self) -> None:
         if self._classified is not None:
@@ -417,7 +432,7 @@ class ArrowBatch:
     def dead(self) -> BatchRows:
         return ArrowRows(self.dead_records)
 
-    def output(self, decided: DeadLetterDecisions | None) -> BatchRows:
+    def output(self, decided: DeadLetterDecisions | None, index: int = 0) -> BatchRows:
         reasons = self.records["reason"].to_pylist()
         if decided is None:
             keep = [reason is None for reason in reasons]
@@ -432,14 +447,44 @@ class ArrowBatch:
         pass
 
 
+@dataclass(frozen=True)
+class RoutedTable:
+    """An output table after the first of a pipeline that routes records to several, with the
+    owner epochs this member claimed in it."""
+
+    table: TxnDeltaTable
+    epochs: Mapping[TopicPartition, int]
+
+
 @dataclass
 class TableTargets:
-    """The output and dead-letter tables with the owner epochs this member claimed."""
+    """The output and dead-letter tables with the owner epochs this member claimed; ``routed``:
+    the further output tables of a pipeline that routes records to several (``table`` is the
+    first of them)."""
 
     table: TxnDeltaTable
     dead_table: TxnDeltaTable
     epochs: Mapping[TopicPartition, int]
     dead_epochs: Mapping[TopicPartition, int]
+    routed: tuple[RoutedTable, ...] = ()
+
+    @property
+    def outputs(self) -> tuple[tuple[TxnDeltaTable, Mapping[TopicPartition, int]], ...]:
+        """Every output table with its epochs, in route order."""
+        return ((self.table, self.epochs), *((r.table, r.epochs) for r in self.routed))
+
+    def with_claims(self, claimed: TableTargets) -> TableTargets:
+        """These tables with the epochs of ``claimed`` (the same tables' claims of more partitions) added."""
+        return TableTargets(self.table, self.dead_table, {**self.epochs, **claimed.epochs},
+                            {**self.dead_epochs, **claimed.dead_epochs},
+                            tuple(RoutedTable(ours.table, {**ours.epochs, **theirs.epochs})
+                                  for ours, theirs in zip(self.routed, claimed.routed)))
+
+
+def unclaimed_targets(tables) -> TableTargets:
+    """The tables of ``tables`` (a :class:`~pipelines.runtime.pipeline_tables.PipelineTables`)
+    with no epochs claimed yet."""
+    return TableTargets(tables.table, tables.dead_table, {}, {}, tuple(RoutedTable(t, {}) for t in tables.routed))
 
 
 class BatchWriter:
@@ -456,13 +501,14 @@ class BatchWriter:
                  check_sources: Callable[[tuple[OffsetRange, ...]], None] = lambda ranges: None,
                  prepare: Callable[[object, tuple[OffsetRange, ...], frozenset[TopicPartition], RecordFormat],
                                    PreparedBatch] | None = None,
-                 follow: Callable[[], BatchSchema] | None = None):
+                 follow: Callable[[], BatchSchema] | None = None, routing: Routing | None = None):
         """``prepare(batch_df, ranges, left_out, fmt)``: how a micro-batch over the planned
         ``ranges`` (those of the partitions ``left_out`` taken out), decoded with ``fmt``, is planned
         for writing (default: the Spark plan of :meth:`_prepare`). ``follow()``: the record format
         and output table of the next batch (a reader schema that follows its registry subject,
-        :mod:`pipelines.runtime.schema_follower`); default: ``fmt`` and ``targets.table`` always."""
-        self.fmt, self.transform, self.targets = fmt, transform, targets
+        :mod:`pipelines.runtime.schema_follower`); default: ``fmt`` and ``targets.table`` always.
+        ``routing``: the routes of ``targets``' output tables, when there are several."""
+        self.fmt, self.transform, self.targets, self.routing = fmt, transform, targets, routing
         self.follow = follow
         self.offset_log, self.commit_kafka, self.report = offset_log, commit_kafka, report
         self.refused, self.hooks, self.check_sources = refused, hooks, check_sources
@@ -517,25 +563,29 @@ class BatchWriter:
         fmt, targets = self.fmt, self.targets
         if self.follow is not None:
             followed = self.follow()
-            fmt, targets = followed.fmt, replace(targets, table=followed.table)
+            fmt, targets = followed.fmt, replace(targets, table=followed.table, routed=tuple(
+                RoutedTable(table, routed.epochs) for table, routed in zip(followed.routed, targets.routed)))
         batch = self.prepare(batch_df, ranges, left_out, fmt)
         source_checked = functools.cache(lambda: self.check_sources(ranges))  # once the rows were read
         try:
             self.hooks.before_commit(batch_id, ranges)
             try:
                 committed = (self._one_pass(batch, targets, ranges, batch_id, source_checked)
-                             if batch.one_pass else None)
-                dead_result, result = committed or self._two_passes(batch, targets, ranges, batch_id, source_checked)
+                             if batch.one_pass and not targets.routed else None)
+                dead_result, results = committed or self._two_passes(batch, targets, ranges, batch_id,
+                                                                     source_checked)
             except FencedWriterError as refused:
                 self.refused(batch_id, refused)
                 raise
         finally:
             batch.release()
         self.hooks.after_delta_commit(batch_id, ranges)
-        committed = self._commit_kafka(ranges, result)
-        self.report(BatchReport(batch_id, ranges, result.rows_written, result.rows_skipped,
-                                dead_result.rows_written, result.table_version,
-                                time.monotonic() - started, result.commit_s + dead_result.commit_s,
+        first = results[0]
+        committed = self._commit_kafka(ranges, first)
+        self.report(BatchReport(batch_id, ranges, sum(r.rows_written for r in results),
+                                sum(r.rows_skipped for r in results), dead_result.rows_written,
+                                first.table_version, time.monotonic() - started,
+                                sum(r.commit_s for r in results) + dead_result.commit_s,
                                 committed, dict(dead_result.counts)))
 
     def prepare(self, batch_df, ranges: tuple[OffsetRange, ...],
@@ -548,10 +598,10 @@ class BatchWriter:
                  fmt: RecordFormat) -> PreparedBatch:
         """The batch as Spark plans it (nothing is computed yet), without the records of the
         partitions ``left_out``."""
-        return SparkBatch(without_partitions(batch_df, left_out), fmt, self.transform)
+        return SparkBatch(without_partitions(batch_df, left_out), fmt, self.transform, self.routing)
 
     def _one_pass(self, batch: PreparedBatch, targets: TableTargets, ranges: tuple[OffsetRange, ...], batch_id: int,
-                  check_sources: Callable[[], None]) -> tuple[CommitResult, CommitResult] | None:
+                  check_sources: Callable[[], None]) -> tuple[CommitResult, tuple[CommitResult]] | None:
         """Both tables' files from one read of the batch, then the dead-letter and output commits.
         None when the dead-letter table already decided records of this batch (a retry after its
         commit: the output must follow its decisions) or when a table's plan changed before its
@@ -567,8 +617,8 @@ class BatchWriter:
         try:
             dead_result = self._commit_written(targets.dead_table, ranges, targets.dead_epochs,
                                                dead_plan, dead_written, batch_id)
-            return dead_result, self._commit_written(targets.table, ranges, targets.epochs,
-                                                     plan, written, batch_id)
+            return dead_result, (self._commit_written(targets.table, ranges, targets.epochs,
+                                                      plan, written, batch_id),)
         except _PlanChanged as changed:
             log.warning("batch %d: %s changed before its commit; writing the batch again in two passes",
                         batch_id, changed)
@@ -584,17 +634,20 @@ class BatchWriter:
             self.hooks.files_written(batch_id, ranges, written)
             return written
 
-        return table.commit_files(ranges, epochs, write, planned)
+        result = table.commit_files(ranges, epochs, write, planned)
+        self.hooks.table_committed(batch_id, ranges, table.path)
+        return result
 
     def _two_passes(self, batch: PreparedBatch, targets: TableTargets, ranges: tuple[OffsetRange, ...],
-                    batch_id: int, check_sources: Callable[[], None]) -> tuple[CommitResult, CommitResult]:
-        """Dead letters written and committed first, then the output rows that follow the
-        dead-letter table's decisions."""
+                    batch_id: int, check_sources: Callable[[], None]) -> tuple[CommitResult, tuple[CommitResult, ...]]:
+        """Dead letters written and committed first, then each output table's rows (those its
+        route takes) that follow the dead-letter table's decisions, table after table."""
         dead_result = self._write_and_commit(targets.dead_table, batch.dead, ranges,
                                              targets.dead_epochs, batch_id, check_sources)
-        output = batch.output(self._decided(ranges, dead_result))
-        return dead_result, self._write_and_commit(targets.table, output, ranges, targets.epochs,
-                                                   batch_id, check_sources)
+        decided = self._decided(ranges, dead_result)
+        return dead_result, tuple(
+            self._write_and_commit(table, batch.output(decided, index), ranges, epochs, batch_id, check_sources)
+            for index, (table, epochs) in enumerate(targets.outputs))
 
     def _decided(self, ranges: tuple[OffsetRange, ...], dead_result: CommitResult) -> DeadLetterDecisions | None:
         """What the dead-letter table decided before this batch: for the partitions its commit
@@ -615,7 +668,9 @@ class BatchWriter:
             self.hooks.files_written(batch_id, ranges, written)
             return written
 
-        return table.commit_files(ranges, epochs, write)
+        result = table.commit_files(ranges, epochs, write)
+        self.hooks.table_committed(batch_id, ranges, table.path)
+        return result
 
     def _commit_kafka(self, ranges: tuple[OffsetRange, ...], result: CommitResult) -> bool:
         offsets = {r.tp: r.end for r in ranges if r.end > r.start}

@@ -1,6 +1,6 @@
 """The partitions a member owns, and which of them its query may read.
 
-Before a query reads a partition the member claims it in both tables (bumping its owner epochs,
+Before a query reads a partition the member claims it in every table (bumping its owner epochs,
 which fences any previous writer), then judges it (:func:`check_partition`) from the table's
 offsets and topic IDs, the group's commits and the brokers' view of the log — claim first, so
 the table shows anything a previous owner committed before the claim. The tables are made to
@@ -11,6 +11,7 @@ is checked again with backoff until it can run.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -21,12 +22,12 @@ import pyarrow as pa
 from groupmgr.core import TopicPartition
 from groupmgr.kafka_faults import Backoff
 from pipelines.runtime.at_once import at_once
-from pipelines.runtime.batch_writer import TableTargets
+from pipelines.runtime.batch_writer import RoutedTable, TableTargets
 from pipelines.runtime.partition_checks import (DATA_LOSS_REASON, PartitionLog,
                                                 PartitionVerdict, check_partition, lost_range_value,
                                                 stopped_metadata)
 from pipelines.runtime.registry_client import RegistryUnavailableError
-from pipelines.runtime.start_offsets import choose_start_offset
+from pipelines.runtime.start_offsets import choose_start_offset, lowest_recorded
 from sinks.txn_table import SchemaIncompatible
 
 log = logging.getLogger("scg.runner")
@@ -71,7 +72,8 @@ class StoppedPartition:
 
 class OwnedPartitions:
     """The member's assignment and its stopped partitions; claims and checks partitions for the
-    query. ``tables`` has ``table`` and ``dead_table`` (TxnDeltaTable); ``committed(partitions)``
+    query. ``tables`` has ``table``, ``routed`` and ``dead_table`` (TxnDeltaTable: the output
+    table, further output tables of a routing pipeline, the dead-letter table); ``committed(partitions)``
     reads the group's commits, ``describe(partitions)`` the brokers' view of the logs
     (BrokerProbe.describe), ``commit(offsets, metadata)`` commits to the group. Not thread safe:
     the runner calls it under its lock."""
@@ -101,15 +103,30 @@ class OwnedPartitions:
         self.partitions = ()
 
     # -- claims and checks ----------------------------------------------------------------------
-    def claim(self, partitions) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
-        """Claim ``partitions`` in the output and the dead-letter table (:meth:`TxnDeltaTable.claim`),
-        both at once: two tables, two commits, each ordered only against its own table. Their
-        epochs, output table first."""
-        epochs, dead_epochs = at_once(lambda: self._tables.table.claim(partitions),
-                                      lambda: self._tables.dead_table.claim(partitions))
-        for table, claimed in ((self._tables.table, epochs), (self._tables.dead_table, dead_epochs)):
+    def claim(self, partitions) -> TableTargets:
+        """Claim ``partitions`` in every output table and the dead-letter table
+        (:meth:`TxnDeltaTable.claim`), all at once: one commit per table, each ordered only against
+        its own table. The tables with this member's new epochs of ``partitions``."""
+        outputs, dead = self._output_tables(), self._tables.dead_table
+        *epochs, dead_epochs = at_once(*(functools.partial(t.claim, partitions) for t in (*outputs, dead)))
+        for table, claimed in zip((*outputs, dead), (*epochs, dead_epochs)):
             self._claimed.setdefault(table.path, {}).update(claimed)
-        return epochs, dead_epochs
+        return TableTargets(outputs[0], dead, epochs[0], dead_epochs,
+                            tuple(RoutedTable(t, e) for t, e in zip(outputs[1:], epochs[1:])))
+
+    def _output_tables(self) -> tuple:
+        """The output tables, in route order (one unless the pipeline routes records to several)."""
+        return (self._tables.table, *self._tables.routed)
+
+    def recorded(self, partitions) -> tuple[dict[TopicPartition, int | None], dict[TopicPartition, int | None]]:
+        """Per partition, the offset the output tables hold it to (with several, the lowest any of
+        them holds: :func:`lowest_recorded`) and the topic ID recorded with it, by the first table
+        that holds that offset."""
+        partitions = list(partitions)
+        held = at_once(*(functools.partial(t.recorded, partitions) for t in self._output_tables()))
+        offsets = lowest_recorded(offsets for offsets, _ in held)
+        ids = {tp: next((i.get(tp) for o, i in held if o.get(tp) == offsets.get(tp)), None) for tp in partitions}
+        return {tp: offsets.get(tp) for tp in partitions}, ids
 
     def claimed_since(self, refusal) -> bool:
         """Whether this member has claimed the partition a batch was refused for
@@ -125,7 +142,7 @@ class OwnedPartitions:
         IDs, the group's commits and the brokers' view of the logs (the three asked at once;
         after the claim, so the table shows anything a previous owner committed before it)."""
         (delta, recorded_ids), committed, probe = at_once(
-            lambda: self._tables.table.recorded(partitions),
+            lambda: self.recorded(partitions),
             lambda: {tp: getattr(om, "offset", om) for tp, om in self._committed(partitions).items()},
             lambda: self._describe(partitions))
         verdicts, origins = [], {}
@@ -153,13 +170,15 @@ class OwnedPartitions:
                 "scg.detail": " | ".join(v.detail for v in events)[:4000]} if events else None
         if resets:
             targets.dead_table.record_partitions(targets.dead_epochs, resets, {}, info)
-        targets.table.record_partitions(targets.epochs, resets, ids, info)
+        for table, epochs in targets.outputs:
+            table.record_partitions(epochs, resets, ids, info)
         for v in events:
             self._note(f"{v.tp.topic}-{v.tp.partition}: [{', '.join(v.events)}] {v.detail}")
         lost = [v.lost for v in runs if v.lost is not None]
         if lost:
             targets.dead_table.commit(self._lost_markers(lost, targets.dead_table.schema), lost, targets.dead_epochs)
-            targets.table.commit(targets.table.schema.empty_table(), lost, targets.epochs)
+            for table, epochs in targets.outputs:
+                table.commit(table.schema.empty_table(), lost, epochs)
 
     def _lost_markers(self, lost, dead_schema: pa.Schema) -> pa.Table:
         """One dead-letter row per skipped range, naming it (``data_loss``)."""
@@ -221,7 +240,7 @@ class OwnedPartitions:
         if condition not in PUBLISHED_WAITS or not waiting:
             return
         try:
-            recorded = self._tables.table.recorded_offsets(waiting)
+            recorded, _ = self.recorded(waiting)
             offsets = {tp: offset for tp, offset in recorded.items() if offset is not None}
             if offsets:
                 self._commit(offsets, stopped_metadata(condition, detail))

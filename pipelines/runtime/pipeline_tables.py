@@ -31,6 +31,7 @@ from pipelines.runtime.pipeline_spec import PipelineSpec
 from pipelines.runtime.protobuf_types import ProtobufFormat
 from pipelines.runtime.records import HEADERS, RecordFormat, classify, dead_letters, good_rows, kafka_row_ddl
 from pipelines.runtime.registry_client import RegistrySettings, process_registry
+from pipelines.runtime.routing import Routing, routed
 from pipelines.runtime.schema_follower import BatchSchema, SchemaFollower
 from sinks.txn_table import STARTUP_STORAGE_OPTIONS, StorageUnavailable, TxnDeltaTable
 
@@ -46,10 +47,10 @@ class TransformShapeError(ScgError, ValueError):
 
     condition = "TRANSFORM_DROPS_COORDINATES"
     exit_category = ExitCategory.CONFIG
-    field_path = "transform"
 
-    def __init__(self, missing):
+    def __init__(self, missing, table: str = ""):
         self.missing = tuple(missing)
+        self.field_path = f"{table}transform"
         super().__init__(f"the transform's result lacks the Kafka coordinate column(s) "
                          f"{', '.join(self.missing)}; keep them (e.g. SELECT topic, partition, "
                          "offset, ... FROM input) so exactly-once can be verified")
@@ -60,11 +61,11 @@ class TransformInvalidError(ScgError, ValueError):
 
     condition = "TRANSFORM_INVALID"
     exit_category = ExitCategory.CONFIG
-    field_path = "transform"
 
-    def __init__(self, cause: BaseException, columns):
+    def __init__(self, cause: BaseException, columns, table: str = ""):
         self.reason = _first_line(cause)
         self.columns = tuple(columns)
+        self.field_path = f"{table}transform"
         super().__init__(f"the transform does not analyse: {self.reason} (the view `input` has "
                          f"columns {', '.join(self.columns)})")
 
@@ -75,9 +76,9 @@ class PartitionColumnMissingError(ScgError, ValueError):
     condition = "PARTITION_COLUMN_NOT_IN_OUTPUT"
     exit_category = ExitCategory.CONFIG
 
-    def __init__(self, column: str, index: int, columns):
+    def __init__(self, column: str, index: int, columns, table: str = "sink."):
         self.column, self.index, self.columns = column, index, tuple(columns)
-        self.field_path = f"sink.partition_by[{index}]"
+        self.field_path = f"{table}partition_by[{index}]"
         super().__init__(f"partition column {column!r} is not in the output; its columns are "
                          f"{', '.join(self.columns)}")
 
@@ -94,6 +95,22 @@ class PipelineTables:
     source_options: Mapping[str, str] = field(repr=False)
     trigger: Mapping = field(default_factory=dict)
     schema_follower: SchemaFollower | None = None  # a registry reader schema that follows its subject
+    routed: tuple[TxnDeltaTable, ...] = ()          # the output tables after ``table``, when routes name several
+    routing: Routing | None = None                   # ... and the routes of all of them
+
+
+class RouteInvalidError(ScgError, ValueError):
+    """A table's route does not analyse against the output row's columns."""
+
+    condition = "ROUTE_INVALID"
+    exit_category = ExitCategory.CONFIG
+
+    def __init__(self, cause: BaseException, columns):
+        self.reason = _first_line(cause)
+        self.columns = tuple(columns)
+        self.field_path = "sink.tables"
+        super().__init__(f"a route does not analyse: {self.reason} (the output row has columns "
+                         f"{', '.join(self.columns)})")
 
 
 @dataclass(frozen=True)
@@ -104,6 +121,16 @@ class OutputShape:
     record_format: RecordFormat
     output_schema: pa.Schema
     dead_letter_schema: pa.Schema
+    routed_schemas: tuple[pa.Schema, ...] = ()  # the output tables' after the first, with several
+
+
+def pipeline_routing(config: PipelineSpec) -> Routing | None:
+    """The routes of ``config``'s output tables (None: one table, taking every record)."""
+    tables = config.sink.output_tables(config.transform)
+    if len(tables) == 1 and tables[0].route is None:
+        return None
+    return Routing(tuple(None if t.route is None else t.route.condition() for t in tables),
+                   tuple(t.transform for t in tables), config.sink.route == "all")
 
 
 def record_format(config: PipelineSpec, reader_text: str | None = None) -> RecordFormat:
@@ -147,34 +174,48 @@ def reader_subject(config: PipelineSpec) -> str:
 
 
 def analyse_output(config: PipelineSpec, spark, fmt: RecordFormat | None = None) -> OutputShape:
-    """Parse and transform an empty Kafka DataFrame as the query would, with ``fmt`` (default:
-    :func:`record_format`); raises TransformInvalidError, TransformShapeError or
-    PartitionColumnMissingError (all CONFIG)."""
+    """Parse, route and transform an empty Kafka DataFrame as the query would, with ``fmt``
+    (default: :func:`record_format`); raises TransformInvalidError, TransformShapeError,
+    PartitionColumnMissingError or RouteInvalidError (all CONFIG)."""
     from pyspark.errors import PySparkException
     from pyspark.logger import PySparkLogger
 
     fmt = fmt or record_format(config)
     empty = spark.createDataFrame([], kafka_row_ddl(fmt.headers))
     classified = classify(empty, fmt)
-    rows = good_rows(classified, fmt)
+    routing = pipeline_routing(config)
+    tables = config.sink.output_tables(config.transform)
+    several = bool(config.sink.tables)
     # pyspark logs a failed spark.sql with the whole JVM stack trace (logger SQLQueryContextLogger)
     # before raising; the named error below carries its first line, so that log is held back.
     context_logger = PySparkLogger.getLogger(SQL_CONTEXT_LOGGER)  # a plain Logger there would break pyspark
     was_disabled, context_logger.disabled = context_logger.disabled, True
     try:
-        output = apply_transform(rows, config.transform)
-        columns = output.columns
-    except PySparkException as exc:
-        raise TransformInvalidError(exc, rows.columns) from None
+        if routing is not None:
+            try:
+                classified = routed(classified, fmt, routing)
+                classified.columns  # noqa: B018 - analysed now
+            except PySparkException as exc:
+                raise RouteInvalidError(exc, good_rows(classify(empty, fmt), fmt).columns) from None
+        schemas = []
+        for index, table in enumerate(tables):
+            prefix = f"sink.tables[{index}]." if several else ""
+            rows = good_rows(classified, fmt)
+            try:
+                output = apply_transform(rows, table.transform)
+                columns = output.columns
+            except PySparkException as exc:
+                raise TransformInvalidError(exc, rows.columns, prefix) from None
+            missing = [c for c in COORDINATE_COLUMNS if c not in columns]
+            if missing:
+                raise TransformShapeError(missing, prefix)
+            for position, column in enumerate(table.partition_by):
+                if column not in columns:
+                    raise PartitionColumnMissingError(column, position, columns, prefix or "sink.")
+            schemas.append(arrow_schema(output))
     finally:
         context_logger.disabled = was_disabled
-    missing = [c for c in COORDINATE_COLUMNS if c not in columns]
-    if missing:
-        raise TransformShapeError(missing)
-    for index, column in enumerate(config.sink.partition_by):
-        if column not in columns:
-            raise PartitionColumnMissingError(column, index, columns)
-    return OutputShape(fmt, arrow_schema(output), arrow_schema(dead_letters(classified, fmt)))
+    return OutputShape(fmt, schemas[0], arrow_schema(dead_letters(classified, fmt)), tuple(schemas[1:]))
 
 
 def open_tables(config: PipelineSpec, spark) -> PipelineTables:
@@ -183,15 +224,19 @@ def open_tables(config: PipelineSpec, spark) -> PipelineTables:
     shape = analyse_output(config, spark)
     storage = config.storage.delta_storage_options()
     add_columns = config.sink.schema_evolution == "add_columns"
-    table = TxnDeltaTable(config.sink.path, config.name, shape.output_schema,
-                          config.sink.partition_by, storage_options=storage, add_columns=add_columns)
+    table, *routed_tables = (
+        TxnDeltaTable(spec.path, config.name, schema, spec.partition_by, storage_options=storage,
+                      add_columns=add_columns)
+        for spec, schema in zip(config.sink.output_tables(config.transform),
+                                (shape.output_schema, *shape.routed_schemas)))
     dead = TxnDeltaTable(config.sink.dead_letter_path, config.name, shape.dead_letter_schema,
                          storage_options=storage, count_by="reason")
-    for each in (table, dead):
+    for each in (table, *routed_tables, dead):
         add_new_columns(each)
     options = {**config.kafka.spark_kafka_options(), **config.source.spark_options()}
     return PipelineTables(shape.record_format, table, dead, options, config.trigger.spark_trigger_kwargs(),
-                          schema_follower(config, spark, BatchSchema(shape.record_format, table)))
+                          schema_follower(config, spark, BatchSchema(shape.record_format, table, tuple(routed_tables))),
+                          tuple(routed_tables), pipeline_routing(config))
 
 
 def schema_follower(config: PipelineSpec, spark, start: BatchSchema) -> SchemaFollower | None:
@@ -200,11 +245,13 @@ def schema_follower(config: PipelineSpec, spark, start: BatchSchema) -> SchemaFo
         return None
     add_columns = config.sink.schema_evolution == "add_columns"
 
-    def table_for(fmt: RecordFormat) -> TxnDeltaTable:
-        return start.table.with_schema(analyse_output(config, spark, fmt).output_schema, add_columns)
+    def tables_for(fmt: RecordFormat) -> tuple[TxnDeltaTable, ...]:
+        shape = analyse_output(config, spark, fmt)
+        return tuple(table.with_schema(schema, add_columns)
+                     for table, schema in zip(start.tables, (shape.output_schema, *shape.routed_schemas)))
 
     return SchemaFollower(process_registry(start.fmt.framed.registry), reader_subject(config), add_columns,
-                          start, functools.partial(record_format, config), table_for)
+                          start, functools.partial(record_format, config), tables_for)
 
 
 def add_new_columns(table: TxnDeltaTable) -> list[str]:

@@ -29,7 +29,8 @@ from pipelines.runtime.assigned_offsets import Assignment, Claim
 from pipelines.runtime.arrow_batches import arrow_batches
 from pipelines.runtime.assigned_source import (AssignedKafkaSource, AssignmentFile, assigned_source_options,
                                               reader_client_config)
-from pipelines.runtime.batch_writer import NO_HOOKS, BatchGate, BatchHooks, BatchReport, BatchWriter, TableTargets
+from pipelines.runtime.batch_writer import (NO_HOOKS, BatchGate, BatchHooks, BatchReport, BatchWriter, TableTargets,
+                                            unclaimed_targets)
 from pipelines.runtime.checkpoint_log import AssignedOffsetLog, CheckpointOffsetLog
 from pipelines.runtime.owned_partitions import OwnedPartitions, PartitionChecks
 from pipelines.runtime.partition_checks import LOG_TRUNCATED, TOPIC_RECREATED, SourceChanged
@@ -195,7 +196,8 @@ class ReaderMode(abc.ABC):
         self.writer = BatchWriter(ctx.tables.record_format, ctx.config.transform, targets, offset_log,
                                   ctx.commit, report or ctx.report, self._on_refused, ctx.hooks,
                                   check_sources=self.check_sources, prepare=prepare,
-                                  follow=ctx.tables.schema_follower.for_batch if ctx.tables.schema_follower else None)
+                                  follow=ctx.tables.schema_follower.for_batch if ctx.tables.schema_follower else None,
+                                  routing=ctx.tables.routing)
         return self.writer
 
     def _on_refused(self, batch_id: int, error: Exception) -> None:
@@ -242,8 +244,7 @@ class RestartingQuery(ReaderMode):
 
     def start(self, generation) -> None:
         ctx, owned = self.ctx, self.ctx.owned.partitions
-        epochs, dead_epochs = ctx.owned.claim(owned)
-        targets = TableTargets(ctx.tables.table, ctx.tables.dead_table, epochs, dead_epochs)
+        targets = ctx.owned.claim(owned)
         checks = self._checks(owned, targets)
         if not checks.runs:
             return  # every owned partition is stopped; a re-check starts the query later
@@ -329,17 +330,15 @@ class FollowingQuery(ReaderMode):
         new = tuple(tp for tp in ctx.owned.partitions if tp not in self.claims)
         if not new:
             return
-        epochs, dead_epochs = ctx.owned.claim(new)
         targets = self._targets
-        merged = TableTargets(targets.table, targets.dead_table, {**targets.epochs, **epochs},
-                              {**targets.dead_epochs, **dead_epochs})
+        merged = targets.with_claims(ctx.owned.claim(new))
         checks = self._checks(new, merged, ctx.owned.stopped_except(new))
         if not checks.runs:
             return
         ctx.progress.starting({v.tp: StartDecision(v.offset, checks.origin(v)) for v in checks.runs},
                               "reading from the next batch, the query keeps running")
         self._topic_ids.update({v.tp.topic: checks.logs[v.tp].topic_id for v in checks.runs})
-        targets.epochs, targets.dead_epochs = merged.epochs, merged.dead_epochs  # read once per batch
+        targets.epochs, targets.dead_epochs, targets.routed = merged.epochs, merged.dead_epochs, merged.routed
         self.claims.update({v.tp: Claim(next(self._serials), v.offset) for v in checks.runs})
         if self.backfill is not None:
             self.backfill.claimed({v.tp: (v.offset, checks.logs[v.tp].latest) for v in checks.runs})
@@ -431,13 +430,14 @@ class FollowingQuery(ReaderMode):
         """Start the query over the current claims (none yet, before the member joins)."""
         ctx = self.ctx
         self.task_slots = self.application_cores() or self.task_slots
-        self._targets = TableTargets(ctx.tables.table, ctx.tables.dead_table, {}, {})
+        self._targets = unclaimed_targets(ctx.tables)
         checkpoint = self._new_checkpoint(generation)
         interval_ms = BACKFILL_TRIGGER_MS if self.backfill is not None else ctx.config.trigger.processing_time_ms
         options = assigned_source_options(ctx.config.kafka.confluent_config(), self.assignment_file.path,
                                           ctx.config.source, self.task_slots, interval_ms)
-        prepare = arrow_batches(ctx.spark, ctx.tables.record_format, ctx.config.transform,
-                                reader_client_config(options), lambda: self.task_slots)
+        prepare = None if ctx.tables.routing is not None else arrow_batches(
+            ctx.spark, ctx.tables.record_format, ctx.config.transform, reader_client_config(options),
+            lambda: self.task_slots)
         report = ctx.report if self.backfill is None else self.backfill.reporting(ctx.report)
         writer = self._new_writer(self._targets, AssignedOffsetLog(checkpoint, ctx.fs.read_text), prepare, report)
         self.publish()

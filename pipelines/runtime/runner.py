@@ -109,7 +109,7 @@ class PipelineRunner:
             progress.note(note)
         use_local_checkpoint_manager(spark, config.checkpoint_root, fs.qualify)
         tables = open_tables(config, spark)
-        for table in (tables.table, tables.dead_table):
+        for table in (tables.table, *tables.routed, tables.dead_table):
             table.check_storage()
         probe = BrokerProbe(config.kafka.confluent_config())
         label = member_label(config.group.instance_id)

@@ -45,22 +45,29 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class BatchSchema:
     """What one batch is decoded and written with: the record format (its reader schema) and the
-    output table, whose file schema is that reader's output columns."""
+    output table, whose file schema is that reader's output columns (``routed``: the further
+    output tables of a pipeline that routes records to several, likewise)."""
 
     fmt: RecordFormat
     table: TxnDeltaTable
+    routed: tuple[TxnDeltaTable, ...] = ()
+
+    @property
+    def tables(self) -> tuple[TxnDeltaTable, ...]:
+        return (self.table, *self.routed)
 
 
 class SchemaFollower:
     """:meth:`for_batch` gives each batch its :class:`BatchSchema` (rules in the module docstring).
 
     ``start`` is what the member started with; ``reader_of(text)`` is the record format of a
-    reader schema text, ``table_for(fmt)`` the output table written with that format's columns."""
+    reader schema text, ``tables_for(fmt)`` the output tables written with that format's columns."""
 
     def __init__(self, registry: RegistrySchemas, subject: str, add_columns: bool, start: BatchSchema,
-                 reader_of: Callable[[str], RecordFormat], table_for: Callable[[RecordFormat], TxnDeltaTable]):
+                 reader_of: Callable[[str], RecordFormat],
+                 tables_for: Callable[[RecordFormat], tuple[TxnDeltaTable, ...]]):
         self.registry, self.subject, self.add_columns = registry, subject, add_columns
-        self._reader_of, self._table_for = reader_of, table_for
+        self._reader_of, self._tables_for = reader_of, tables_for
         self._current = start
         self._version: SubjectVersion | None = None  # the version followed; None before the first batch
         self._lock = threading.Lock()
@@ -87,15 +94,21 @@ class SchemaFollower:
         type no column can take, a transform that does not analyse over it)."""
         try:
             fmt = self._reader_of(latest.text)
-            return self._current if fmt == self._current.fmt else BatchSchema(fmt, self._table_for(fmt))
+            if fmt == self._current.fmt:
+                return self._current
+            table, *routed = self._tables_for(fmt)
+            return BatchSchema(fmt, table, tuple(routed))
         except ValueError as exc:
             table = self._current.table
             raise SchemaIncompatible(table.path, f"{_version_text(latest)} cannot be read into table "
                                      f"columns: {exc}", type_text(table.delta_schema()), "(none)") from None
 
     def _check(self, latest: SubjectVersion, candidate: BatchSchema) -> None:
-        """Raise SchemaIncompatible when the output table cannot take ``candidate``'s columns."""
-        table = candidate.table
+        """Raise SchemaIncompatible when an output table cannot take ``candidate``'s columns."""
+        for table in candidate.tables:
+            self._check_table(latest, table)
+
+    def _check_table(self, latest: SubjectVersion, table: TxnDeltaTable) -> None:
         current = table.delta_schema()
         ours = table.file_delta_schema()
         which = _version_text(latest)

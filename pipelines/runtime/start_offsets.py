@@ -78,3 +78,17 @@ def choose_start_offsets(partitions: Iterable[TopicPartition],
     if missing:
         raise NoStartingOffsetError(missing)
     return chosen
+
+
+def lowest_recorded(recorded: Iterable[Mapping[TopicPartition, int | None]]) -> dict[TopicPartition, int]:
+    """Per partition, the lowest offset that several output tables hold (each table's recorded
+    offsets in ``recorded``): where the pipeline goes on from, since a batch committed to some
+    tables and not yet to the others is read again from there. A table that holds nothing of a
+    partition yet (one added to the pipeline later) does not count; a partition no table holds
+    is left out."""
+    lowest: dict[TopicPartition, int] = {}
+    for offsets in recorded:
+        for tp, offset in offsets.items():
+            if offset is not None and (tp not in lowest or offset < lowest[tp]):
+                lowest[tp] = offset
+    return lowest

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from groupmgr.core import TopicPartition
 from groupmgr.member_config import subscribed_topics
 from pipelines.runtime import streaming_query as queries
-from pipelines.runtime.batch_writer import TableTargets, rehearse_batch, warm_up, warm_up_batch
+from pipelines.runtime.batch_writer import TableTargets, rehearse_batch, unclaimed_targets, warm_up, warm_up_batch
 from pipelines.runtime.broker_probe import GROUP_PATIENCE_S
 from pipelines.runtime.warm_up_rounds import WarmUpRounds
 
@@ -48,7 +48,7 @@ class WarmUpContext:
     clock: Callable[[], float] = time.monotonic
 
     def empty_targets(self) -> TableTargets:
-        return TableTargets(self.tables.table, self.tables.dead_table, {}, {})
+        return unclaimed_targets(self.tables)
 
     def last_record(self) -> tuple[TopicPartition, int] | None:
         """The last record of partition 0 of the first configured topic, as (partition, offset);
@@ -68,7 +68,8 @@ class WarmUpContext:
     def made_up(self) -> bool:
         """One made-up record through the batch path (:func:`warm_up`); False if that failed."""
         try:
-            warm_up(self.spark, self.tables.record_format, self.config.transform, self.empty_targets())
+            warm_up(self.spark, self.tables.record_format, self.config.transform, self.empty_targets(),
+                    self.tables.routing)
             return True
         except Exception as exc:  # noqa: BLE001 - advisory: the real batch reports its own failure
             log.debug("warming up the batch path failed: %s", exc)
@@ -162,7 +163,7 @@ class SourceWarmUp:
         done, targets = threading.Event(), ctx.empty_targets()
 
         def batch(kafka_rows, batch_id: int) -> None:
-            warm_up_batch(kafka_rows, ctx.tables.record_format, ctx.config.transform, targets)
+            warm_up_batch(kafka_rows, ctx.tables.record_format, ctx.config.transform, targets, ctx.tables.routing)
             done.set()
 
         options = {k: v for k, v in ctx.tables.source_options.items()

@@ -57,12 +57,12 @@ def follower(tmp_path, registry: Registry, add_columns: bool, partition_by=(), s
     table = TxnDeltaTable(str(tmp_path / "t"), "app", COLUMNS[start], partition_by, add_columns=add_columns)
     shaped = []
 
-    def table_for(fmt: RecordFormat) -> TxnDeltaTable:
+    def tables_for(fmt: RecordFormat) -> tuple[TxnDeltaTable]:
         shaped.append(fmt.framed.reader_schema)
-        return table.with_schema(COLUMNS[fmt.framed.reader_schema], add_columns)
+        return (table.with_schema(COLUMNS[fmt.framed.reader_schema], add_columns),)
 
     return SchemaFollower(registry, "orders-value", add_columns, BatchSchema(fmt_of(start), table),
-                          fmt_of, table_for), table, shaped
+                          fmt_of, tables_for), table, shaped
 
 
 def test_the_start_version_is_kept_and_shaped_once_while_the_subject_does_not_move(tmp_path):

@@ -74,3 +74,37 @@ def test_a_file_without_a_transform_starts_no_spark(tmp_path):
     result = _validate(_file(tmp_path, "plain", None))
     assert result.returncode == 0, result.stdout + result.stderr
     assert PROGRESS not in result.stderr
+
+
+def _routed_file(tmp_path, name: str, route: str, transform: str) -> object:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"""\
+name: {name}
+kafka: {{bootstrap_servers: "127.0.0.1:9"}}
+topics: [t]
+group: {{id: {name}}}
+format: {{type: json, schema: "id BIGINT, kind STRING"}}
+sink:
+  tables:
+    - name: a
+      path: {tmp_path / name / 'a'}
+      route: {{where: "kind = 'a'"}}
+    - name: b
+      path: {tmp_path / name / 'b'}
+      transform: {transform}
+      route: {{where: "{route}"}}
+""")
+    return path
+
+
+def test_validate_names_a_route_or_a_table_transform_that_run_would_reject(tmp_path):
+    bad_route = _routed_file(tmp_path, "route", "nope = 1", "SELECT * FROM input")
+    bad_transform = _routed_file(tmp_path, "shape", "kind = 'b'", "SELECT id FROM input")
+    good = _routed_file(tmp_path, "good", "kind = 'b' AND id > 2", "SELECT topic, partition, offset, id FROM input")
+    result = _validate(bad_route, bad_transform, good)
+    errors = _error_lines(result)
+    assert errors[0].startswith(f"{bad_route}:{_line_of(bad_route, '  tables:')}: sink.tables: [ROUTE_INVALID] ")
+    assert "nope" in errors[0]
+    line = _line_of(bad_transform, "      transform:")
+    assert errors[1].startswith(f"{bad_transform}:{line}: sink.tables[1].transform: [TRANSFORM_DROPS_COORDINATES] ")
+    assert len(errors) == 2 and result.stdout.startswith("OK "), result.stdout + result.stderr

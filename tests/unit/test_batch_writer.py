@@ -17,6 +17,7 @@ RANGES = (OffsetRange("t", 0, 0, 5), OffsetRange("t", 1, 3, 3))
 class FakeTable:
     def __init__(self, name, calls, error=None):
         self.name, self.calls, self.error = name, calls, error
+        self.path = f"/tables/{name}"
 
     def file_writer(self, file_prefix):
         return FakeFiles()

@@ -61,7 +61,7 @@ class CountedBatch(ArrowBatch):
             self.writes.append("dead")
         return super().dead
 
-    def output(self, decided):
+    def output(self, decided, index=0):
         if not self.in_one_pass:
             self.writes.append("output")
         return super().output(decided)

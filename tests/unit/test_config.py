@@ -281,6 +281,30 @@ def test_a_json_pipeline_may_add_columns_with_or_without_a_transform(tmp_path: P
     assert config.sink.schema_evolution == "add_columns"
 
 
+def test_several_tables_with_routes(tmp_path: Path):
+    config = load(tmp_path, topics=["orders", "refunds"], sink={
+        "dead_letter_path": "out/dead", "route": "ALL",
+        "tables": [{"name": "orders", "path": "out/orders", "partition_by": ["kind"], "route": {"topics": "orders"}},
+                   {"name": "big", "path": "out/big", "transform": "SELECT id FROM input",
+                    "route": {"where": "id > 100"}},
+                   {"name": "kinds", "path": "out/kinds", "route": {"field": "kind", "values": ["a", 1, True]}}]},
+        format={"schema": "id BIGINT, kind STRING"})
+    sink = config.sink
+    assert sink.route == "all" and sink.path == str(tmp_path / "out" / "orders")
+    assert [t.name for t in sink.output_tables(config.transform)] == ["orders", "big", "kinds"]
+    orders, big, kinds = sink.tables
+    assert orders.partition_by == ("kind",) and big.transform == "SELECT id FROM input"
+    assert [t.route.condition() for t in sink.tables] == [
+        "`topic` IN ('orders')", "(id > 100)", "CAST(`kind` AS STRING) IN ('a', '1', 'true')"]
+    assert config.checkpoint_root == f"{orders.path}_checkpoints"
+
+
+def test_one_table_takes_every_record_with_the_top_level_transform(tmp_path: Path):
+    config = load(tmp_path, transform="SELECT * FROM input")
+    (only,) = config.sink.output_tables(config.transform)
+    assert (only.path, only.route, only.transform) == (config.sink.path, None, "SELECT * FROM input")
+
+
 def test_partition_by_schema_field(tmp_path: Path):
     assert load(tmp_path, sink={"path": "t", "partition_by": ["name"]}).sink.partition_by == ("name",)
 

@@ -34,9 +34,10 @@ class Brokers:
                            {tp: "LEADER_NOT_AVAILABLE" for tp in partitions if not self.logs.get(tp)})
 
 
-def owned(tmp_path, logs, on_data_loss="skip", committed=None, clock=None, starting_offsets="earliest"):
+def owned(tmp_path, logs, on_data_loss="skip", committed=None, clock=None, starting_offsets="earliest", routed=0):
     tables = SimpleNamespace(table=TxnDeltaTable(str(tmp_path / "out"), "app", OUTPUT),
-                             dead_table=TxnDeltaTable(str(tmp_path / "dead"), "app", DEAD))
+                             dead_table=TxnDeltaTable(str(tmp_path / "dead"), "app", DEAD),
+                             routed=tuple(TxnDeltaTable(str(tmp_path / f"out{i}"), "app", OUTPUT) for i in range(routed)))
     lines, commits = [], []
     source = SimpleNamespace(starting_offsets=starting_offsets, on_data_loss=on_data_loss)
     parts = OwnedPartitions(tables, source, lambda partitions: dict(committed or {}), Brokers(logs).describe,
@@ -47,9 +48,9 @@ def owned(tmp_path, logs, on_data_loss="skip", committed=None, clock=None, start
 
 def start(parts, tables, partitions=(TP,)) -> PartitionChecks:
     """What a reader's start does: claim, check, make the tables agree."""
-    epochs, dead_epochs = parts.claim(partitions)
+    targets = parts.claim(partitions)
     checks = parts.check(partitions)
-    parts.apply(TableTargets(tables.table, tables.dead_table, epochs, dead_epochs), checks)
+    parts.apply(targets, checks)
     return checks
 
 
@@ -67,6 +68,21 @@ def test_the_tables_offset_wins_over_the_groups(tmp_path):
     epochs = tables.table.claim([TP])
     tables.table.commit(OUTPUT.empty_table(), [OffsetRange("t", 0, 0, 7)], epochs)
     assert start(parts, tables).verdicts[0].offset == 7
+
+
+def test_with_several_output_tables_a_partition_starts_from_the_lowest_offset_any_holds(tmp_path):
+    """A batch committed to some tables and not yet to the others is read again from there (each
+    table skips what it holds); a table that holds nothing of it yet does not hold it back."""
+    parts, tables, _, _ = owned(tmp_path, {TP: PartitionLog(0, 10, OLD_ID)}, committed={TP: 9}, routed=2)
+    assert start(parts, tables).verdicts[0].offset == 9  # nothing in any table: the group's offset
+    first, second, third = (table for table, _ in parts.claim([TP]).outputs)
+    assert [t.recorded([TP]) for t in (first, second, third)] == [({TP: None}, {TP: OLD_ID})] * 3
+    first.commit(OUTPUT.empty_table(), [OffsetRange("t", 0, 0, 7)], parts.claim([TP]).epochs)
+    assert start(parts, tables).verdicts[0].offset == 7          # the others hold nothing yet
+    claim = parts.claim([TP])
+    claim.routed[0].table.commit(OUTPUT.empty_table(), [OffsetRange("t", 0, 0, 5)], claim.routed[0].epochs)
+    assert start(parts, tables).verdicts[0].offset == 5
+    assert parts.recorded([TP]) == ({TP: 5}, {TP: OLD_ID})
 
 
 def test_a_recreated_topic_resets_both_tables_to_0_and_records_the_new_id_once(tmp_path):
@@ -225,8 +241,8 @@ def _refusal(table, epochs):
 
 def test_a_refusal_of_an_older_claim_of_this_member_s_is_told_from_another_member_s_claim(tmp_path):
     parts, tables, _, _ = owned(tmp_path, {TP: PartitionLog(0, 10, OLD_ID)})
-    first, _ = parts.claim([TP])
-    again, _ = parts.claim([TP])  # this member's own newer claim refuses its older batch
+    first = parts.claim([TP]).epochs
+    again = parts.claim([TP]).epochs  # this member's own newer claim refuses its older batch
     assert parts.claimed_since(_refusal(tables.table, first))
     other = TxnDeltaTable(str(tmp_path / "out"), "app", OUTPUT)
     newer = other.claim([TP])     # another member's claim, newer than this member's latest
@@ -263,6 +279,6 @@ def test_publishing_what_partitions_wait_on_is_best_effort_and_only_for_a_batch_
     for condition in ("FENCED_WRITER", "BROKER_NOT_AVAILABLE", "STORAGE_UNAVAILABLE"):
         parts.publish_waiting(condition, "the group, the brokers or the storage show it")
     assert commits == []
-    tables.table.recorded_offsets = lambda partitions: (_ for _ in ()).throw(OSError("storage down"))
+    tables.table.recorded = lambda partitions: (_ for _ in ()).throw(OSError("storage down"))
     parts.publish_waiting("SCHEMA_REGISTRY_UNAVAILABLE", "down")
     assert commits == []

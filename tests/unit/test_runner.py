@@ -226,7 +226,7 @@ def test_a_query_that_read_everything_before_an_assignment_starts_over_the_new_o
 
 
 def _claiming_tables():
-    return SimpleNamespace(table=ClaimingTable("out"), dead_table=ClaimingTable("dead"))
+    return SimpleNamespace(table=ClaimingTable("out"), dead_table=ClaimingTable("dead"), routed=())
 
 
 def test_a_batch_refused_for_a_claim_this_member_has_since_renewed_starts_over_at_once():
