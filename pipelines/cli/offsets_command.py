@@ -294,7 +294,7 @@ def _json(config, view: OffsetsView) -> dict:
                                   for m in view.group.members]},
             "tables": {"output": table(view.table, config.sink.path),
                        "dead_letters": table(view.dead_table, config.sink.dead_letter_path),
-                       **{f"output {name}": table(t, path) for name, path, t in view.output_tables(config)[1:]}},
+                       **{name: table(t, path) for name, path, t in view.output_tables(config)[1:]}},
             "partitions": [{"topic": s.tp.topic, "partition": s.tp.partition, "table": s.table,
                             "dead_letters": s.dead_letters, "group": s.committed, "group_metadata": s.metadata,
                             "log_start": s.log_start, "log_end": s.log_end, "lag": s.lag,

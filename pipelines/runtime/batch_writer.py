@@ -9,7 +9,10 @@ Commit order (docs/DESIGN.md invariants 3, 4, 6, 8), per micro-batch:
    no log gone back), else the batch fails before any commit;
 2. dead letters are committed to the dead-letter table (exactly once, per-partition txn);
 3. good rows are committed to the output table in ONE Delta commit with per-partition txn versions
-   (see :class:`sinks.txn_table.TxnDeltaTable`); a fenced writer raises and writes nothing;
+   (see :class:`sinks.txn_table.TxnDeltaTable`); a fenced writer raises and writes nothing. With
+   several output tables (:mod:`pipelines.runtime.routing`) each takes the rows its route takes,
+   in one commit of its own, table after table; a batch stopped between two of them is written
+   again from the lowest offset any table holds, and each table skips what it holds;
 4. only then are the end offsets committed to the Kafka group with the member's generation.
 
 Every record lands in exactly one of the two tables (invariant 6), also when a batch is retried
@@ -304,7 +307,7 @@ def warm_up_batch(kafka_rows, fmt: RecordFormat, transform: str | None, tables: 
 
 
 def rehearse_batch(batch: PreparedBatch, tables: TableTargets) -> None:
-    """``batch`` through its write path, both tables' files included, keeping no partition
+    """``batch`` through its write path, every table's files included, keeping no partition
     (``keep_from`` is empty): no file is created, nothing is committed anywhere; then both
     tables' latest snapshots are read, as a batch's plans read them."""
     outputs = [table for table, _ in tables.outputs]

@@ -48,9 +48,9 @@ class TransformShapeError(ScgError, ValueError):
     condition = "TRANSFORM_DROPS_COORDINATES"
     exit_category = ExitCategory.CONFIG
 
-    def __init__(self, missing, table: str = ""):
+    def __init__(self, missing, prefix: str = ""):
         self.missing = tuple(missing)
-        self.field_path = f"{table}transform"
+        self.field_path = f"{prefix}transform"  # prefix: ``sink.tables[i].`` for one of several tables
         super().__init__(f"the transform's result lacks the Kafka coordinate column(s) "
                          f"{', '.join(self.missing)}; keep them (e.g. SELECT topic, partition, "
                          "offset, ... FROM input) so exactly-once can be verified")
@@ -62,10 +62,10 @@ class TransformInvalidError(ScgError, ValueError):
     condition = "TRANSFORM_INVALID"
     exit_category = ExitCategory.CONFIG
 
-    def __init__(self, cause: BaseException, columns, table: str = ""):
+    def __init__(self, cause: BaseException, columns, prefix: str = ""):
         self.reason = _first_line(cause)
         self.columns = tuple(columns)
-        self.field_path = f"{table}transform"
+        self.field_path = f"{prefix}transform"
         super().__init__(f"the transform does not analyse: {self.reason} (the view `input` has "
                          f"columns {', '.join(self.columns)})")
 
@@ -76,9 +76,9 @@ class PartitionColumnMissingError(ScgError, ValueError):
     condition = "PARTITION_COLUMN_NOT_IN_OUTPUT"
     exit_category = ExitCategory.CONFIG
 
-    def __init__(self, column: str, index: int, columns, table: str = "sink."):
+    def __init__(self, column: str, index: int, columns, prefix: str = "sink."):
         self.column, self.index, self.columns = column, index, tuple(columns)
-        self.field_path = f"{table}partition_by[{index}]"
+        self.field_path = f"{prefix}partition_by[{index}]"
         super().__init__(f"partition column {column!r} is not in the output; its columns are "
                          f"{', '.join(self.columns)}")
 

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import pytest
 
 from groupmgr.core import OffsetRange, TopicPartition
-from pipelines.runtime.batch_writer import BatchHooks, BatchWriter, RoutedTable, TableTargets, apply_transform, warm_up
+from pipelines.runtime.batch_writer import BatchHooks, BatchWriter, RoutedTable, TableTargets, apply_transform
 from pipelines.runtime.pipeline_tables import arrow_schema
 from pipelines.runtime.records import KAFKA_ROW_DDL, RecordFormat, classify, dead_letters, good_rows
 from pipelines.runtime.routing import Routing
@@ -129,10 +129,3 @@ def test_a_batch_stopped_between_two_tables_commits_is_written_again_once_everyw
     assert _dead(spark, targets) == {("orders", 0, 2): "ambiguous_route", ("events", 1, 3): "unrouted",
                                      ("events", 1, 4): "unrouted"}
     assert reports[0].rows_skipped == sum(len(_rows(spark, t)) for t in committed)
-
-
-def test_the_warm_up_runs_every_route_and_refuses_one_that_does_not_analyse(spark, tmp_path):
-    targets = _tables(spark, tmp_path, ROUTES)
-    warm_up(spark, FMT, None, targets, ROUTES)
-    with pytest.raises(Exception):
-        warm_up(spark, FMT, None, targets, Routing(("nope = 1",) + ROUTES.conditions[1:], ROUTES.transforms))

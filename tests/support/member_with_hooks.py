@@ -7,6 +7,8 @@ produced files) and before the driver commits them (a crash there leaves unrefer
 rows).
 ``--hold-after-delta H``: the same, after the batch's Delta commits and before its Kafka offset
 commit (the window a crash must survive, docs/DESIGN.md invariant 4).
+``--hold-after-table H``: the same, right after the commit of the table whose path ``H`` holds
+(a pipeline with several tables: the others, later in the list, not committed yet).
 Each hold is bounded (300 s). The hooks are passed to the runner (``BatchHooks``); production code
 reads nothing from the environment for them.
 """
@@ -35,6 +37,21 @@ def hold_while_exists(path: Path | None):
     return hold
 
 
+def hold_after_table(path: Path | None):
+    """A ``table_committed`` hook: holds (as :func:`hold_while_exists`) after the commit of the
+    table whose path the file ``path`` holds."""
+    hold = hold_while_exists(path)
+
+    def after_table(batch_id, ranges, table_path: str) -> None:
+        try:
+            chosen = path.read_text().strip() if path is not None else None
+        except FileNotFoundError:
+            return
+        if chosen == table_path:
+            hold(batch_id, ranges)
+    return after_table
+
+
 def _when_files(hold):
     def hold_if_files(batch_id, ranges, written) -> None:
         if written.files:
@@ -48,10 +65,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--hold", type=Path)
     parser.add_argument("--hold-after-files", type=Path)
     parser.add_argument("--hold-after-delta", type=Path)
+    parser.add_argument("--hold-after-table", type=Path)
     args = parser.parse_args(argv)
     hooks = BatchHooks(before_commit=hold_while_exists(args.hold),
                        files_written=_when_files(hold_while_exists(args.hold_after_files)),
-                       after_delta_commit=hold_while_exists(args.hold_after_delta))
+                       after_delta_commit=hold_while_exists(args.hold_after_delta),
+                       table_committed=hold_after_table(args.hold_after_table))
     run_pipeline(load_pipeline(args.file), hooks=hooks)
     return 0
 
