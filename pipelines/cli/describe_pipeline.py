@@ -97,8 +97,8 @@ def _describe_pipeline(path: str, as_json: bool) -> int:
     from pipelines.config import load_pipeline
     from pipelines.runtime.membership import member_config_for, resolve_topics
     from pipelines.runtime.broker_probe import log_end_offsets
-    from sinks.data_files import unreferenced_files
     from pipelines.runtime.start_offsets import lowest_recorded
+    from sinks.data_files import unreferenced_files
     from sinks.txn_table import read_recorded_offsets
 
     config = load_pipeline(path)
@@ -108,8 +108,8 @@ def _describe_pipeline(path: str, as_json: bool) -> int:
                           client_kwargs=member_config_for(config).client_kwargs)
     partitions = _topic_partitions(config, resolve_topics(config))
     outputs = [table.path for table in config.sink.output_tables(config.transform)]
-    delta = lowest_recorded([read_recorded_offsets(table, config.name, partitions, config.storage.delta_storage_options())
-                     for table in outputs])
+    storage = config.storage.delta_storage_options()
+    delta = lowest_recorded([read_recorded_offsets(table, config.name, partitions, storage) for table in outputs])
     log_end = log_end_offsets(config.kafka.confluent_config(), partitions)  # unanswered: no lag shown
     group = {(p.topic, p.partition): p for p in desc.partitions}
     rows = [_row(tp, delta.get(tp), group.get(tuple(tp)), log_end.get(tp)) for tp in partitions]

@@ -53,14 +53,14 @@ class OffsetsView:
     table: object | None
     dead_table: object | None
     states: tuple[PartitionState, ...]
+    output_name: str = "output"                          # the output table's name in lines
     routed: tuple[tuple[str, object | None], ...] = ()  # (name, table) of a routing pipeline's further tables
 
     def output_tables(self, config) -> list[tuple[str, str, object | None]]:
         """(name, path, table or None) of every output table, in route order."""
-        specs = config.sink.output_tables(config.transform)
-        names = [f"output {t.name}" if config.sink.tables else "output" for t in specs]
-        tables = [self.table, *(table for _, table in self.routed)]
-        return [(name, spec.path, table) for name, spec, table in zip(names, specs, tables)]
+        paths = [spec.path for spec in config.sink.output_tables(config.transform)]
+        named = [(self.output_name, self.table), *self.routed]
+        return [(name, path, table) for (name, table), path in zip(named, paths)]
 
     @property
     def members(self) -> list[tuple[str, str | None, str]]:
@@ -116,8 +116,8 @@ def read_view(config, wanted: Sequence[TopicPartition] | None, probe=None) -> Of
                                      getattr(row, "metadata", "") or "", getattr(log, "earliest", None),
                                      getattr(log, "latest", None), getattr(log, "topic_id", None),
                                      logs.errors.get(tp)))
-    return OffsetsView(group, table, dead, tuple(states),
-                       tuple((spec.name, t) for spec, t in zip(config.sink.tables[1:], routed)))
+    names = [f"output {spec.name}" for spec in config.sink.tables] or ["output"]
+    return OffsetsView(group, table, dead, tuple(states), names[0], tuple(zip(names[1:], routed)))
 
 
 def existing_table(path: str, app_id: str, storage_options):
@@ -194,7 +194,7 @@ def write_reset(view: OffsetsView, plan: ResetPlan, who: str, command: str) -> l
     more), then set their offsets in one commit per table, output first (the topic IDs there
     too); one line per table written. A failure before any table was written is raised as it
     is (at most owner epochs moved); after one, ResetIncomplete names what was written."""
-    tables = [(name, t) for name, t in (("output", view.table), *((f"output {n}", t) for n, t in view.routed),
+    tables = [(name, t) for name, t in ((view.output_name, view.table), *view.routed,
                                         ("dead-letter", view.dead_table)) if t is not None]
     partitions = list(plan.offsets)
     ids = {s.tp: s.topic_id for s in view.states if s.tp in plan.offsets and s.topic_id is not None}
