@@ -24,7 +24,7 @@ from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 PARTITIONS = 6
-ROUNDS = 2
+ROUNDS = 1          # each CI run kills at a seed-chosen table; test_routed_tables.py covers each in-process
 ROUTES = ("id % 3 = 0", "id % 3 = 1", "id % 5 = 2")  # overlapping: route all lands a record in each
 
 
@@ -40,7 +40,7 @@ name: routed-{topic}
 kafka: {{bootstrap_servers: "{bootstrap}"}}
 topics: [{topic}]
 group: {{id: {topic}, session_timeout: 6s, heartbeat_interval: 500ms}}
-source: {{starting_offsets: earliest, warm_up_limit: 5s}}
+source: {{starting_offsets: earliest, warm_up_limit: 0s}}
 format: {{type: json, schema: "id BIGINT, name STRING"}}
 sink:
   dead_letter_path: {tmp_path / 'dead'}
