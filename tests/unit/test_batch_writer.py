@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 
 from groupmgr.core import TopicPartition
-from pipelines.runtime.batch_writer import ArrowBatch, BatchGate, BatchWriter, DeadLetterDecisions, TableTargets
+from pipelines.runtime.batch_writer import ArrowBatch, BatchGate, BatchWriter, DeadLetterDecisions, RoutedTable, TableTargets
 from groupmgr.core import OffsetRange
 from pipelines.runtime.records import RecordFormat
 from sinks.data_files import WrittenFiles
@@ -68,6 +68,24 @@ def test_delta_then_kafka_with_next_offsets_of_nonempty_ranges(one_pass):
     calls = []
     make_writer(calls, one_pass=one_pass)(None, 0)
     assert calls == ["dead", "table", "released", ("kafka", {TopicPartition("t", 0): 5}, "delta:7"), "report"]
+
+
+@pytest.mark.parametrize("failing", [None, "second"])
+def test_routed_tables_commit_in_order_and_kafka_only_after_the_last(failing):
+    """Several output tables: the dead letters, then each table in route order, then Kafka; a table
+    that fails leaves the group's offsets alone (the next owner reads from the lowest table)."""
+    calls = []
+    writer = make_writer(calls, one_pass=True)
+    writer.targets.routed = tuple(RoutedTable(FakeTable(name, calls, OSError("down") if name == failing else None), {})
+                                  for name in ("second", "third"))
+    if failing is None:
+        writer(None, 0)
+        assert calls == ["dead", "table", "second", "third", "released",
+                         ("kafka", {TopicPartition("t", 0): 5}, "delta:7"), "report"]
+    else:
+        with pytest.raises(OSError, match="down"):
+            writer(None, 0)
+        assert calls == ["dead", "table", "second", "released"]
 
 
 @pytest.mark.parametrize("one_pass", [True, False])
