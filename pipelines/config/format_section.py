@@ -20,7 +20,8 @@ from pipelines.runtime.avro_types import UnsupportedAvroType, record_schema
 from pipelines.runtime.protobuf_types import ProtobufFormat, UnsupportedProtobufType
 
 FORMAT_KEYS = ("type", "schema", "max_value_bytes", "schema_registry", "reader_schema", "subject",
-               "subject_naming", "record_name", "message", "key")
+               "subject_naming", "record_name", "message", "key", "envelope")
+ENVELOPES = ("debezium",)
 KEY_KEYS = ("type", "subject", "reader_schema", "message")
 KEY_TYPES = ("string", "avro", "protobuf")
 FORMAT_TYPES = ("json", "raw", "avro", "protobuf")
@@ -43,7 +44,25 @@ def parse_format(ctx: Ctx, top: Section) -> FormatConfig:
                  else FormatConfig.max_value_bytes)
         schema = ctx.attempt(_schema, sec, kind) if kind is not None else None  # the type decides
         framed = ctx.attempt(_framed, top, sec, kind) if kind in FRAMED_TYPES else ctx.attempt(_no_framed_keys, sec, kind)
-    return FormatConfig(type=kind, schema=schema, max_value_bytes=limit, **(framed or {}))
+        envelope = ctx.attempt(_envelope, sec, kind, schema) if sec.get("envelope") is not None else None
+    return FormatConfig(type=kind, schema=schema, max_value_bytes=limit, envelope=envelope, **(framed or {}))
+
+
+def _envelope(ctx: Ctx, sec: Section, kind: str | None, schema: tuple[SchemaField, ...] | None) -> str:
+    """``format.envelope``: a Debezium envelope is a record (not raw bytes); a json schema gives
+    its ``op`` and its ``after`` struct (the row image)."""
+    node, path = sec.get("envelope"), sec.sub("envelope")
+    envelope = as_enum(ctx, node, path, ENVELOPES)
+    if kind == "raw":
+        ctx.fail(node.line, path, C.CONFLICTING_FIELDS, "a raw value is bytes, not a change event; use format "
+                 "type json, avro or protobuf", fields=("type", "envelope"))
+    if kind == "json" and schema:
+        types = {f.name: f.type.strip().lower() for f in schema}
+        if "op" not in types or not types.get("after", "").startswith("struct<"):
+            ctx.fail(sec.get("schema").line, sec.sub("schema"), C.BAD_VALUE,
+                     "with envelope debezium the schema is the change event's: give `op STRING` and `after` "
+                     "(and `before`) as STRUCT<...> of the row's columns")
+    return envelope
 
 
 def _schema(ctx: Ctx, sec: Section, kind: str) -> tuple[SchemaField, ...]:

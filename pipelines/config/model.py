@@ -479,6 +479,11 @@ class FormatConfig:
     key: KeyFormatConfig = field(default=KeyFormatConfig(), metadata=key_doc(
         "key", SECTION, "{type: avro}", "the output's `key` column",
         "How record keys are decoded (avro and protobuf values only).", default="keys as text"))
+    envelope: str | None = field(default=None, metadata=key_doc(
+        "envelope", ENUM, "debezium", "what a record is (upsert)",
+        "`debezium`: a change event with `before`, `after`, `op` and `source` (json: give that whole "
+        "shape as `schema`); its row is `after`, or `before` for `op: d`, which deletes the key. "
+        "Needs `sink.mode: upsert`.", default="none: a record is its row"))
 
     def registry_settings(self) -> RegistrySettings | None:
         """The registry as the decoders take it (secrets revealed; never shown), or None."""
@@ -599,6 +604,25 @@ class SinkConfig:
         "`one`: exactly one; a record that several routes take is a dead letter `ambiguous_route` (routes "
         "by topic, or by one field's values, that overlap are refused). `all`: every table whose route "
         "takes it."))
+    mode: str = field(default="append", metadata=key_doc(
+        "mode", ENUM, "upsert", "how records change the output table",
+        "`append`: every record is a row. `upsert`: the table holds one row per `key`; each batch's last "
+        "change per key is merged into it (insert, update, or delete) in the commit that records the "
+        "batch's offsets (docs/pipelines.md, \"Upserts and deletes\"). One table, no transform.",
+        default="`append`"))
+    key: tuple[str, ...] = field(default=(), metadata=key_doc(
+        "key", NAMES, "[order_id]", "the upsert table's key columns",
+        "Columns of the output row (with `format.envelope: debezium`, of the row image). A record "
+        "whose key columns are not all set is a dead letter `missing_key`.", default="required for upsert"))
+    order_by: str | None = field(default=None, metadata=key_doc(
+        "order_by", STRING, "source.lsn", "which of a key's changes in a batch is the last",
+        "A field of the record, dotted for a nested one (Debezium: `source.lsn`), or `timestamp`; the "
+        "highest wins, ties go to the higher offset. Batches are applied in offset order.",
+        default="`offset`"))
+    delete_on_tombstone: bool = field(default=False, metadata=key_doc(
+        "delete_on_tombstone", BOOL, "true", "behaviour (upsert)",
+        "A record without a value deletes its key, read from the record's Kafka key. Otherwise "
+        "it is a dead letter `null_value`.", default="false"))
 
     def output_tables(self, transform: str | None) -> tuple[TableConfig, ...]:
         """The output tables in route order: ``tables``, or the one table ``path`` (with the

@@ -47,10 +47,10 @@ from pipelines.config.fields import (AssignorLookup, Ctx, Section, as_bool, as_d
                                      settings_map, suggest, unique, wrong_type)
 from pipelines.config.yaml_nodes import Condition as C
 from pipelines.config.yaml_nodes import Node, child_path
-from pipelines.config.format_section import (FORMAT_KEYS, FORMAT_TYPES, KEY_KEYS, KEY_TYPES, REGISTRY_KEYS,
-                                             SUBJECT_NAMING, framed_field_names, parse_format)
-from pipelines.config.sink_section import (ROUTE_KEYS, ROUTE_MODES, SCHEMA_EVOLUTION, SINK_KEYS, TABLE_KEYS,
-                                           parse_sink, parse_transform, same_or_inside)
+from pipelines.config.format_section import (ENVELOPES, FORMAT_KEYS, FORMAT_TYPES, KEY_KEYS, KEY_TYPES,
+                                             REGISTRY_KEYS, SUBJECT_NAMING, framed_field_names, parse_format)
+from pipelines.config.sink_section import (ROUTE_KEYS, ROUTE_MODES, SCHEMA_EVOLUTION, SINK_KEYS, SINK_MODES,
+                                           TABLE_KEYS, parse_sink, parse_transform, same_or_inside)
 from pipelines.config.tls_file_checks import check_tls_files, check_tls_loading
 from pipelines.runtime.client_creation import librdkafka_refusal
 
@@ -127,6 +127,7 @@ def validate_pipeline(root: Node | None, file: str, source_file: Path, env: Mapp
         attempt(_check_field_names, top, source, fmt)
     if fmt is not None and sink is not None:
         attempt(_check_schema_evolution, top, sink, fmt)
+        attempt(_check_envelope, top, sink, fmt)
     checkpoint_root = attempt(_checkpoint_root, top, sink)
     spark = attempt(settings_map, top.get("spark"), "spark")
     storage = attempt(_storage, top)
@@ -508,6 +509,14 @@ def _check_schema_evolution(ctx: Ctx, top: Section, sink: SinkConfig, fmt: Forma
                  "transform chooses its own", fields=("sink.schema_evolution", "transform"))
 
 
+def _check_envelope(ctx: Ctx, top: Section, sink: SinkConfig, fmt: FormatConfig) -> None:
+    """A change-event envelope says how a key changes: it needs an upsert table."""
+    if fmt.envelope is not None and sink.mode != "upsert":
+        ctx.fail(top.section("format", FORMAT_KEYS).get("envelope").line, "format.envelope", C.CONFLICTING_FIELDS,
+                 f"envelope {fmt.envelope} applies change events to an upsert table; set sink.mode: upsert "
+                 "and sink.key, or remove format.envelope", fields=("format.envelope", "sink.mode"))
+
+
 RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "key_bytes")  # records.py output
 
 
@@ -559,7 +568,7 @@ def _check_limits(ctx: Ctx, sec: Section, limits: Mapping[str, int | None], dela
 def _known_columns(top: Section, fmt: FormatConfig | None) -> tuple[str, ...] | None:
     """The output columns known before a query runs, or None: a transform derives its own (they are
     checked against its output when the query starts, and by ``scg validate``), or format is bad."""
-    if top.get("transform") is not None or fmt is None:
+    if top.get("transform") is not None or fmt is None or fmt.envelope is not None:
         return None
     if fmt.type in ("avro", "protobuf"):
         names = framed_field_names(fmt)

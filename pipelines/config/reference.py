@@ -44,6 +44,8 @@ CHOICES: Mapping[str, tuple[str, ...]] = {
     "format.subject_naming": validator.SUBJECT_NAMING,
     "sink.schema_evolution": validator.SCHEMA_EVOLUTION,
     "sink.route": validator.ROUTE_MODES,
+    "sink.mode": validator.SINK_MODES,
+    "format.envelope": validator.ENVELOPES,
     "format.key.type": validator.KEY_TYPES,
 }
 _UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1))

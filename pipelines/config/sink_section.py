@@ -13,23 +13,33 @@ columns, a transform that reads ``input``):
 - with ``route: one`` two routes that surely overlap are refused: topic routes sharing a topic,
   or routes on the same field sharing a value. Routes that may overlap (a ``where``) are decided
   per record: a record several routes take is a dead letter ``ambiguous_route``.
+
+Rules for an upsert table (``mode: upsert``): it needs ``key`` (unique column names); ``order_by``
+is ``offset``, ``timestamp`` or a dotted field path; ``key``, ``order_by`` and
+``delete_on_tombstone`` are refused without it. It is one table (no ``tables``), takes no
+transform and keeps its schema (``schema_evolution: fail``). Whether the key and ordering are
+columns of the output row is checked when the output is analysed (``UPSERT_INVALID``).
 """
 from __future__ import annotations
 
 import re
 
-from pipelines.config.fields import (Ctx, Section, as_enum, as_list, as_location, as_str, required, unique,
-                                     wrong_type)
+from pipelines.config.fields import (Ctx, Section, as_bool, as_enum, as_list, as_location, as_str, required,
+                                     unique, wrong_type)
 from pipelines.config.model import RouteConfig, SinkConfig, TableConfig
 from pipelines.config.yaml_nodes import Condition as C
 from pipelines.config.yaml_nodes import Node, child_path
 
-SINK_KEYS = ("path", "partition_by", "dead_letter_path", "schema_evolution", "tables", "route")
+SINK_KEYS = ("path", "partition_by", "dead_letter_path", "schema_evolution", "tables", "route", "mode", "key",
+             "order_by", "delete_on_tombstone")
+UPSERT_KEYS = ("key", "order_by", "delete_on_tombstone")
+SINK_MODES = ("append", "upsert")
 TABLE_KEYS = ("name", "path", "partition_by", "transform", "route")
 ROUTE_KEYS = ("topics", "field", "values", "where")
 SCHEMA_EVOLUTION = ("fail", "add_columns")
 ROUTE_MODES = ("one", "all")
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_FIELD_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _INPUT_VIEW = re.compile(r"\binput\b", re.IGNORECASE)
 # delta-rs reads a table's location as a URL: these characters make it panic ("Invalid object store
 # url") or, for a %XX escape, open another directory than Spark does
@@ -53,6 +63,7 @@ def parse_sink(ctx: Ctx, top: Section, columns: tuple[str, ...] | None,
     subscribed topics (None: a pattern, or a bad subscription), for topic routes."""
     top.need("sink")
     sec = top.section("sink", SINK_KEYS)
+    upsert = ctx.attempt(_upsert, top, sec) or {}
     if sec.get("tables") is not None:
         return _several_tables(ctx, top, sec, columns, topics)
     with ctx.independent():
@@ -69,7 +80,51 @@ def parse_sink(ctx: Ctx, top: Section, columns: tuple[str, ...] | None,
     if same_or_inside(dead, path) or same_or_inside(path, dead):
         ctx.fail(*sec.line_of("dead_letter_path"), C.CONFLICTING_FIELDS,
                  "dead_letter_path must be outside sink.path (and not contain it)", fields=("path", "dead_letter_path"))
-    return SinkConfig(path=path, dead_letter_path=dead, partition_by=partition_by, schema_evolution=evolution)
+    return SinkConfig(path=path, dead_letter_path=dead, partition_by=partition_by, schema_evolution=evolution,
+                      **upsert)
+
+
+def _upsert(ctx: Ctx, top: Section, sec: Section) -> dict:
+    """The upsert keys of the sink section (see the module's rules), as SinkConfig fields."""
+    mode = as_enum(ctx, sec.get("mode"), sec.sub("mode"), SINK_MODES) if sec.get("mode") is not None else "append"
+    if mode == "append":
+        for key in UPSERT_KEYS:
+            if sec.get(key) is not None:
+                ctx.report(sec.get(key).line, sec.sub(key), C.CONFLICTING_FIELDS,
+                           f"sink.{key} is for upsert tables; set sink.mode: upsert, or remove it",
+                           fields=(f"sink.{key}", "sink.mode"))
+        return {}
+    for key, node, why in (("tables", sec.get("tables"), "an upsert pipeline writes one table"),
+                           ("transform", top.get("transform"), "an upsert table's rows are the records' own"),
+                           ("schema_evolution", sec.get("schema_evolution"), "an upsert table keeps its schema")):
+        if node is not None and not (key == "schema_evolution" and node.value == "fail"):
+            where = "transform" if key == "transform" else sec.sub(key)
+            ctx.report(node.line, where, C.CONFLICTING_FIELDS, f"{why}; remove {where}, or use sink.mode: append",
+                       fields=(where, "sink.mode"))
+    with ctx.independent():
+        key = ctx.attempt(required, sec, "key", _key_columns, hint=" (sink.mode upsert names each row by its key)")
+        order_by = ctx.attempt(_order_by, sec.get("order_by"), sec.sub("order_by")) \
+            if sec.get("order_by") is not None else None
+        tombstones = ctx.attempt(as_bool, sec.get("delete_on_tombstone"), sec.sub("delete_on_tombstone")) \
+            if sec.get("delete_on_tombstone") is not None else False
+    return {"mode": mode, "key": key, "order_by": order_by, "delete_on_tombstone": tombstones}
+
+
+def _key_columns(ctx: Ctx, node: Node, path: str) -> tuple[str, ...]:
+    items = [(item, as_str(ctx, item, child_path(path, i)).strip())
+             for i, item in enumerate(as_list(ctx, node, path, "column names"))]
+    if not items:
+        ctx.fail(node.line, path, C.BAD_VALUE, "name at least one key column")
+    unique(ctx, items, path, "column")
+    return tuple(column for _, column in items)
+
+
+def _order_by(ctx: Ctx, node: Node, path: str) -> str | None:
+    text = as_str(ctx, node, path).strip()
+    if not _FIELD_PATH.fullmatch(text):
+        ctx.fail(node.line, path, C.BAD_VALUE, f"{text!r}: give offset, timestamp, or a record field "
+                 "(dotted for a nested one: source.lsn)", value=text)
+    return None if text == "offset" else text
 
 
 def _several_tables(ctx: Ctx, top: Section, sec: Section, columns: tuple[str, ...] | None,

@@ -48,12 +48,14 @@ from typing import Protocol
 import pyarrow as pa
 
 from groupmgr.core import OffsetRange, TopicPartition
+from pipelines.runtime.changes import ChangeSpec, change_rows, classified_changes, last_changes
 from pipelines.runtime.records import (DEAD_LETTER, OUTPUT, REASON, RecordFormat, classify,
                                        dead_letters, good_rows, kafka_row_ddl, split_rows)
 from pipelines.runtime.routing import Routing, route_column, routed
 from pipelines.runtime.schema_follower import BatchSchema
 from sinks.data_files import METADATA_DDL, DataFileWriter, WrittenFiles, metadata_batch
 from sinks.txn_table import CommitPlan, CommitResult, FencedWriterError, TxnDeltaTable
+from sinks.upsert_table import UpsertDeltaTable
 
 
 @dataclass(frozen=True)
@@ -212,17 +214,29 @@ class BatchRows(Protocol):
     def write(self, writer: DataFileWriter, keep_from: Mapping[TopicPartition, int]) -> WrittenFiles: ...
 
 
+class ChangeRows(Protocol):
+    """The change events of one micro-batch for an upsert table (:mod:`pipelines.runtime.changes`)."""
+
+    def changes(self, key: tuple[str, ...], keep_from: Mapping[TopicPartition, int]) -> pa.Table:
+        """Each key's last change at or above ``keep_from``: the table's columns and the delete flag."""
+
+
 @dataclass(frozen=True)
 class SparkRows:
     """Rows of a Spark DataFrame, written by the executors that hold them; the driver receives
-    only the files' metadata (one small row per file)."""
+    only the files' metadata (one small row per file). Change rows are collapsed to each key's
+    last change on the executors; the driver receives those (one row per key changed)."""
 
     df: object  # pyspark.sql.DataFrame
+    ordered: bool = False  # change rows carry an order value (sink.order_by)
 
     def write(self, writer: DataFileWriter, keep_from: Mapping[TopicPartition, int]) -> WrittenFiles:
         task = functools.partial(_write_task, writer, dict(keep_from))
         metadata = self.df.mapInArrow(task, METADATA_DDL).collect()
         return WrittenFiles.from_metadata(row.asDict() for row in metadata)
+
+    def changes(self, key: tuple[str, ...], keep_from: Mapping[TopicPartition, int]) -> pa.Table:
+        return last_changes(self.df, key, keep_from, ordered=self.ordered).toArrow()
 
 
 def _write_task(writer: DataFileWriter, keep_from, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -284,7 +298,7 @@ WARM_UP_TOPIC = "scg-warm-up"
 
 
 def warm_up(spark, fmt: RecordFormat, transform: str | None, tables: TableTargets,
-            routing: Routing | None = None) -> None:
+            routing: Routing | None = None, changes: ChangeSpec | None = None) -> None:
     """Run a micro-batch's path once over one made-up record, before the member joins its group:
     Spark generates the batch's code and starts its Python workers now, not in the first batch
     after an assignment, which the partitions a new member takes over wait for (measured on one
@@ -294,16 +308,17 @@ def warm_up(spark, fmt: RecordFormat, transform: str | None, tables: TableTarget
 
     record = (b"k", b"{}", WARM_UP_TOPIC, 0, 0, datetime.fromtimestamp(0, timezone.utc), 0)
     record += ([("h", b"v")],) if fmt.headers else ()
-    warm_up_batch(spark.createDataFrame([record], kafka_row_ddl(fmt.headers)), fmt, transform, tables, routing)
+    warm_up_batch(spark.createDataFrame([record], kafka_row_ddl(fmt.headers)), fmt, transform, tables, routing,
+                  changes)
 
 
 def warm_up_batch(kafka_rows, fmt: RecordFormat, transform: str | None, tables: TableTargets,
-                  routing: Routing | None = None) -> None:
+                  routing: Routing | None = None, changes: ChangeSpec | None = None) -> None:
     """``kafka_rows`` (as Spark's Kafka source gives them) through the batch path, both tables'
     files included, keeping no partition (``keep_from`` is empty): no file is created, nothing is
     committed anywhere. Then both tables' latest snapshots are read, as a batch's plans read
     them (this process's Delta log reading is warm too)."""
-    rehearse_batch(SparkBatch(kafka_rows, fmt, transform, routing), tables)
+    rehearse_batch(SparkBatch(kafka_rows, fmt, transform, routing, changes), tables)
 
 
 def rehearse_batch(batch: PreparedBatch, tables: TableTargets) -> None:
@@ -318,8 +333,11 @@ def rehearse_batch(batch: PreparedBatch, tables: TableTargets) -> None:
             batch.write_both(dead, writes[0])
         else:
             batch.dead.write(dead.writer, {})
-            for index, output in enumerate(writes):
-                batch.output(None, index).write(output.writer, {})
+            for index, (table, output) in enumerate(zip(outputs, writes)):
+                if isinstance(table, UpsertDeltaTable):
+                    batch.output(None, index).changes(table.key, {})
+                else:
+                    batch.output(None, index).write(output.writer, {})
     finally:
         batch.release()
     for table in (tables.dead_table, *outputs):
@@ -360,11 +378,12 @@ class SparkBatch:
     fmt: RecordFormat
     transform: str | None
     routing: Routing | None = None  # the routes of several output tables (then each has its transform)
+    changes: ChangeSpec | None = None  # the records are changes of an upsert table's keys
     _classified: object = None
 
     @property
     def one_pass(self) -> bool:
-        return self.transform is None and self.routing is None
+        return self.transform is None and self.routing is None and self.changes is None
 
     def write_both(self, dead: PlannedWrite, output: PlannedWrite) -> tuple[WrittenFiles, WrittenFiles]:
         rows = split_rows(classify(self.kafka_rows, self.fmt), self.fmt)  # read once, not cached
@@ -378,6 +397,8 @@ class SparkBatch:
             classified = classify(self.kafka_rows, self.fmt)
             if self.routing is not None:
                 classified = routed(classified, self.fmt, self.routing)
+            if self.changes is not None:
+                classified = classified_changes(classified, self.fmt, self.changes)
             self._classified = classified.persist()
         return self._classified
 
@@ -387,6 +408,8 @@ class SparkBatch:
 
     def output(self, decided: DeadLetterDecisions | None, index: int = 0) -> BatchRows:
         classified = self.classified if decided is None else _with_decisions(self.classified, decided)
+        if self.changes is not None:
+            return SparkRows(change_rows(classified), ordered=self.changes.order_by is not None)
         if self.routing is None:
             return SparkRows(apply_transform(good_rows(classified, self.fmt), self.transform))
         taken = classified.filter(f"`{route_column(index)}`")
@@ -504,14 +527,17 @@ class BatchWriter:
                  check_sources: Callable[[tuple[OffsetRange, ...]], None] = lambda ranges: None,
                  prepare: Callable[[object, tuple[OffsetRange, ...], frozenset[TopicPartition], RecordFormat],
                                    PreparedBatch] | None = None,
-                 follow: Callable[[], BatchSchema] | None = None, routing: Routing | None = None):
+                 follow: Callable[[], BatchSchema] | None = None, routing: Routing | None = None,
+                 changes: ChangeSpec | None = None):
         """``prepare(batch_df, ranges, left_out, fmt)``: how a micro-batch over the planned
         ``ranges`` (those of the partitions ``left_out`` taken out), decoded with ``fmt``, is planned
         for writing (default: the Spark plan of :meth:`_prepare`). ``follow()``: the record format
         and output table of the next batch (a reader schema that follows its registry subject,
         :mod:`pipelines.runtime.schema_follower`); default: ``fmt`` and ``targets.table`` always.
-        ``routing``: the routes of ``targets``' output tables, when there are several."""
+        ``routing``: the routes of ``targets``' output tables, when there are several; ``changes``:
+        how records change the keys of an upsert output table."""
         self.fmt, self.transform, self.targets, self.routing = fmt, transform, targets, routing
+        self.changes = changes
         self.follow = follow
         self.offset_log, self.commit_kafka, self.report = offset_log, commit_kafka, report
         self.refused, self.hooks, self.check_sources = refused, hooks, check_sources
@@ -601,7 +627,7 @@ class BatchWriter:
                  fmt: RecordFormat) -> PreparedBatch:
         """The batch as Spark plans it (nothing is computed yet), without the records of the
         partitions ``left_out``."""
-        return SparkBatch(without_partitions(batch_df, left_out), fmt, self.transform, self.routing)
+        return SparkBatch(without_partitions(batch_df, left_out), fmt, self.transform, self.routing, self.changes)
 
     def _one_pass(self, batch: PreparedBatch, targets: TableTargets, ranges: tuple[OffsetRange, ...], batch_id: int,
                   check_sources: Callable[[], None]) -> tuple[CommitResult, tuple[CommitResult]] | None:
@@ -663,6 +689,8 @@ class BatchWriter:
 
     def _write_and_commit(self, table: TxnDeltaTable, rows: BatchRows, ranges, epochs,
                           batch_id: int, check_sources: Callable[[], None]) -> CommitResult:
+        if isinstance(table, UpsertDeltaTable):
+            return self._merge_and_commit(table, rows, ranges, epochs, batch_id, check_sources)
         writer = table.file_writer(file_prefix=f"part-b{batch_id}")
 
         def write(plan) -> WrittenFiles:
@@ -672,6 +700,18 @@ class BatchWriter:
             return written
 
         result = table.commit_files(ranges, epochs, write)
+        self.hooks.table_committed(batch_id, ranges, table.path)
+        return result
+
+    def _merge_and_commit(self, table: UpsertDeltaTable, rows: ChangeRows, ranges, epochs,
+                          batch_id: int, check_sources: Callable[[], None]) -> CommitResult:
+        """An upsert table's commit: the batch's last change per key, merged with its transactions."""
+        def changes(plan: CommitPlan) -> pa.Table:
+            collapsed = rows.changes(table.key, plan.keep_from)
+            check_sources()  # the rows were read from the source the query started on
+            return collapsed
+
+        result = table.commit_changes(ranges, epochs, changes)
         self.hooks.table_committed(batch_id, ranges, table.path)
         return result
 

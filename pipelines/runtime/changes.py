@@ -100,20 +100,29 @@ def table_columns(change_row_columns: list[str]) -> list[str]:
     return [c for c in change_row_columns if c not in (DELETE, ORDER)]
 
 
-def last_changes(rows: DataFrame, key: tuple[str, ...], keep_from: Mapping[TopicPartition, int]) -> DataFrame:
+def last_changes(rows: DataFrame, key: tuple[str, ...], keep_from: Mapping[TopicPartition, int],
+                 ordered: bool = False) -> DataFrame:
     """Each key's last change among ``rows`` (:func:`change_rows`) at or above ``keep_from`` (rows
     of partitions it does not name are left out): the highest :data:`ORDER`, then the highest
-    offset, then partition and topic. Without :data:`ORDER` (a table's columns and :data:`DELETE`)."""
+    offset, then partition and topic. ``ordered`` (``sink.order_by`` is given): a change without
+    an order value (a tombstone has none) takes the highest one of its key's changes before it
+    (by offset) in the batch, so it wins over those and loses to later ones. Returns the table's
+    columns and :data:`DELETE`."""
     kept = None
     for tp, start in sorted(keep_from.items()):
         test = (F.col("topic") == tp.topic) & (F.col("partition") == tp.partition) & (F.col("offset") >= start)
         kept = test if kept is None else kept | test
     if kept is None:
         return rows.where(F.lit(False)).drop(ORDER)
-    last = Window.partitionBy(*[F.col(f"`{k}`") for k in key]).orderBy(
+    keys = [F.col(f"`{k}`") for k in key]
+    rows = rows.where(kept)
+    if ordered:
+        before = Window.partitionBy(*keys).orderBy("offset", "partition", "topic").rowsBetween(
+            Window.unboundedPreceding, Window.currentRow)
+        rows = rows.withColumn(ORDER, F.coalesce(F.col(ORDER), F.max(ORDER).over(before)))
+    last = Window.partitionBy(*keys).orderBy(
         F.col(ORDER).desc_nulls_last(), F.col("offset").desc(), F.col("partition").desc(), F.col("topic").desc())
-    return (rows.where(kept).withColumn(_RANK, F.row_number().over(last))
-            .where(F.col(_RANK) == 1).drop(_RANK, ORDER))
+    return rows.withColumn(_RANK, F.row_number().over(last)).where(F.col(_RANK) == 1).drop(_RANK, ORDER)
 
 
 def _output_coordinates(fmt: RecordFormat) -> list[tuple[str, Column]]:

@@ -27,6 +27,7 @@ from groupmgr.core import ExitCategory, ScgError
 
 from pipelines.runtime.avro_types import AvroFormat
 from pipelines.runtime.batch_writer import apply_transform
+from pipelines.runtime.changes import ChangeSpec, EnvelopeError, change_rows, classified_changes, table_columns
 from pipelines.runtime.pipeline_spec import PipelineSpec
 from pipelines.runtime.protobuf_types import ProtobufFormat
 from pipelines.runtime.records import HEADERS, RecordFormat, classify, dead_letters, good_rows, kafka_row_ddl
@@ -34,6 +35,7 @@ from pipelines.runtime.registry_client import RegistrySettings, process_registry
 from pipelines.runtime.routing import Routing, routed
 from pipelines.runtime.schema_follower import BatchSchema, SchemaFollower
 from sinks.txn_table import STARTUP_STORAGE_OPTIONS, StorageUnavailable, TxnDeltaTable
+from sinks.upsert_table import UpsertDeltaTable
 
 COORDINATE_COLUMNS = ("topic", "partition", "offset")
 KEY_BYTES = "key_bytes"
@@ -97,6 +99,7 @@ class PipelineTables:
     schema_follower: SchemaFollower | None = None  # a registry reader schema that follows its subject
     routed: tuple[TxnDeltaTable, ...] = ()          # the output tables after ``table``, when routes name several
     routing: Routing | None = None                   # ... and the routes of all of them
+    changes: ChangeSpec | None = None                # how records change the keys of an upsert table
 
 
 class RouteInvalidError(ScgError, ValueError):
@@ -111,6 +114,17 @@ class RouteInvalidError(ScgError, ValueError):
         self.field_path = "sink.tables"
         super().__init__(f"a route does not analyse: {self.reason} (the output row has columns "
                          f"{', '.join(self.columns)})")
+
+
+class UpsertInvalidError(ScgError, ValueError):
+    """An upsert table's key, ordering or envelope does not fit the records' output row."""
+
+    condition = "UPSERT_INVALID"
+    exit_category = ExitCategory.CONFIG
+
+    def __init__(self, field_path: str, reason: str):
+        self.field_path, self.reason = field_path, reason
+        super().__init__(f"{field_path}: {reason}")
 
 
 @dataclass(frozen=True)
@@ -131,6 +145,14 @@ def pipeline_routing(config: PipelineSpec) -> Routing | None:
         return None
     return Routing(tuple(None if t.route is None else t.route.condition() for t in tables),
                    tuple(t.transform for t in tables), config.sink.route == "all")
+
+
+def pipeline_changes(config: PipelineSpec) -> ChangeSpec | None:
+    """How ``config``'s records change an upsert table's keys (None: the table takes appends)."""
+    sink = config.sink
+    if sink.mode != "upsert":
+        return None
+    return ChangeSpec(sink.key, sink.order_by, sink.delete_on_tombstone, config.format.envelope)
 
 
 def record_format(config: PipelineSpec, reader_text: str | None = None) -> RecordFormat:
@@ -191,6 +213,10 @@ def analyse_output(config: PipelineSpec, spark, fmt: RecordFormat | None = None)
     context_logger = PySparkLogger.getLogger(SQL_CONTEXT_LOGGER)  # a plain Logger there would break pyspark
     was_disabled, context_logger.disabled = context_logger.disabled, True
     try:
+        changes = pipeline_changes(config)
+        if changes is not None:
+            shape = _change_shape(classified, fmt, changes)
+            return OutputShape(fmt, shape, arrow_schema(dead_letters(classified_changes(classified, fmt, changes), fmt)))
         if routing is not None:
             try:
                 classified = routed(classified, fmt, routing)
@@ -218,15 +244,42 @@ def analyse_output(config: PipelineSpec, spark, fmt: RecordFormat | None = None)
     return OutputShape(fmt, schemas[0], arrow_schema(dead_letters(classified, fmt)), tuple(schemas[1:]))
 
 
+def _change_shape(classified, fmt: RecordFormat, changes: ChangeSpec) -> pa.Schema:
+    """The upsert table's schema: the change rows' columns, without the change's own; raises
+    UpsertInvalidError when the envelope, a key column or the ordering does not fit."""
+    from pyspark.errors import PySparkException
+
+    try:
+        rows = change_rows(classified_changes(classified, fmt, changes))
+        columns = rows.columns
+    except EnvelopeError as exc:
+        raise UpsertInvalidError("format.envelope", str(exc)) from None
+    except PySparkException as exc:
+        field = "sink.order_by" if changes.order_by else "sink.key"
+        raise UpsertInvalidError(field, _first_line(exc)) from None
+    kept = table_columns(columns)
+    duplicates = sorted({c for c in kept if [k.lower() for k in kept].count(c.lower()) > 1})
+    if duplicates:
+        raise UpsertInvalidError("format.envelope", f"the row has fields named like the record's columns "
+                                 f"({', '.join(duplicates)}); the table cannot hold both")
+    for index, column in enumerate(changes.key):
+        if column not in kept:
+            raise UpsertInvalidError(f"sink.key[{index}]", f"{column!r} is not a column of the output row; its "
+                                     f"columns are {', '.join(kept)}")
+    return arrow_schema(rows.select(*[f"`{c}`" for c in kept]))
+
+
 def open_tables(config: PipelineSpec, spark) -> PipelineTables:
     """Build the tables and options of ``config`` (errors of :func:`analyse_output` at start-up);
     existing tables gain the columns of :func:`add_new_columns` they lack."""
     shape = analyse_output(config, spark)
     storage = config.storage.delta_storage_options()
     add_columns = config.sink.schema_evolution == "add_columns"
+    changes = pipeline_changes(config)
     table, *routed_tables = (
         TxnDeltaTable(spec.path, config.name, schema, spec.partition_by, storage_options=storage,
-                      add_columns=add_columns)
+                      add_columns=add_columns) if changes is None else
+        UpsertDeltaTable(spec.path, config.name, schema, changes.key, spec.partition_by, storage_options=storage)
         for spec, schema in zip(config.sink.output_tables(config.transform),
                                 (shape.output_schema, *shape.routed_schemas)))
     dead = TxnDeltaTable(config.sink.dead_letter_path, config.name, shape.dead_letter_schema,
@@ -236,7 +289,7 @@ def open_tables(config: PipelineSpec, spark) -> PipelineTables:
     options = {**config.kafka.spark_kafka_options(), **config.source.spark_options()}
     return PipelineTables(shape.record_format, table, dead, options, config.trigger.spark_trigger_kwargs(),
                           schema_follower(config, spark, BatchSchema(shape.record_format, table, tuple(routed_tables))),
-                          tuple(routed_tables), pipeline_routing(config))
+                          tuple(routed_tables), pipeline_routing(config), changes)
 
 
 def schema_follower(config: PipelineSpec, spark, start: BatchSchema) -> SchemaFollower | None:

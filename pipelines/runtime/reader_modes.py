@@ -197,7 +197,7 @@ class ReaderMode(abc.ABC):
                                   ctx.commit, report or ctx.report, self._on_refused, ctx.hooks,
                                   check_sources=self.check_sources, prepare=prepare,
                                   follow=ctx.tables.schema_follower.for_batch if ctx.tables.schema_follower else None,
-                                  routing=ctx.tables.routing)
+                                  routing=ctx.tables.routing, changes=ctx.tables.changes)
         return self.writer
 
     def _on_refused(self, batch_id: int, error: Exception) -> None:
@@ -435,7 +435,7 @@ class FollowingQuery(ReaderMode):
         interval_ms = BACKFILL_TRIGGER_MS if self.backfill is not None else ctx.config.trigger.processing_time_ms
         options = assigned_source_options(ctx.config.kafka.confluent_config(), self.assignment_file.path,
                                           ctx.config.source, self.task_slots, interval_ms)
-        prepare = None if ctx.tables.routing is not None else arrow_batches(
+        prepare = None if ctx.tables.routing is not None or ctx.tables.changes is not None else arrow_batches(
             ctx.spark, ctx.tables.record_format, ctx.config.transform, reader_client_config(options),
             lambda: self.task_slots)
         report = ctx.report if self.backfill is None else self.backfill.reporting(ctx.report)

@@ -69,7 +69,7 @@ class WarmUpContext:
         """One made-up record through the batch path (:func:`warm_up`); False if that failed."""
         try:
             warm_up(self.spark, self.tables.record_format, self.config.transform, self.empty_targets(),
-                    self.tables.routing)
+                    self.tables.routing, self.tables.changes)
             return True
         except Exception as exc:  # noqa: BLE001 - advisory: the real batch reports its own failure
             log.debug("warming up the batch path failed: %s", exc)
@@ -163,7 +163,8 @@ class SourceWarmUp:
         done, targets = threading.Event(), ctx.empty_targets()
 
         def batch(kafka_rows, batch_id: int) -> None:
-            warm_up_batch(kafka_rows, ctx.tables.record_format, ctx.config.transform, targets, ctx.tables.routing)
+            warm_up_batch(kafka_rows, ctx.tables.record_format, ctx.config.transform, targets, ctx.tables.routing,
+                          ctx.tables.changes)
             done.set()
 
         options = {k: v for k, v in ctx.tables.source_options.items()

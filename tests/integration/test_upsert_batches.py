@@ -168,3 +168,10 @@ def test_a_fenced_writer_changes_nothing(spark, tmp_path):
         stream.write({TP0: [event("u", 1, "stale", 2)]})
     assert targets.table.snapshot().version() == version
     assert table_rows(spark, targets.table) == {1: "a"}
+
+
+def test_a_tombstone_wins_over_the_changes_before_it_and_loses_to_those_after_it(spark, tmp_path):
+    targets = open_targets(spark, tmp_path)
+    Stream(spark, targets).write({TP0: [event("c", 1, "a", 9), tombstone(1), event("c", 2, "b", 5), tombstone(2),
+                                        event("c", 2, "b2", 6)]})
+    assert table_rows(spark, targets.table) == {2: "b2"}
