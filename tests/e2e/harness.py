@@ -96,11 +96,18 @@ class MemberProcess:
         return "\n".join(list(self.lines)[-n:])
 
 
+def record_key(record_id: int) -> str:
+    """The key :class:`SteadyProducer` gives the record of ``record_id``."""
+    return f"k{record_id % 31}"
+
+
 class SteadyProducer:
     """Produces small JSON records round-robin over a topic's partitions until stopped; records
     the acknowledged (topic, partition, offset) set and, in ``acked_ids``, the record ``id`` at each
     of them. ``settings`` add producer settings; ids count up from ``first_id`` (give producers of
     one test disjoint ranges to tell their records apart, e.g. across a topic's incarnations).
+    With ``tombstone_every`` N, every record whose id is N - 1 modulo N is a tombstone (no value)
+    of its key (``tombstone(id)``).
 
     An idempotent producer can learn that a record is in the log without learning its offset: a
     batch retried after a broker restart is answered DUPLICATE_SEQUENCE_NUMBER, which librdkafka
@@ -108,8 +115,8 @@ class SteadyProducer:
     not in ``acked``; a test that needs every record's place reads the log itself."""
 
     def __init__(self, bootstrap: str, topic: str, rate_per_s: int = 400, settings: dict | None = None,
-                 first_id: int = 0):
-        self.topic, self.rate = topic, rate_per_s
+                 first_id: int = 0, tombstone_every: int = 0):
+        self.topic, self.rate, self.tombstone_every = topic, rate_per_s, tombstone_every
         self.acked: set[tuple[str, int, int]] = set()
         self.acked_ids: dict[tuple[str, int, int], int] = {}
         self.acked_unplaced_ids: set[int] = set()
@@ -138,8 +145,13 @@ class SteadyProducer:
     def _send(self) -> None:
         i = self._next
         self._next += 1
-        self._producer.produce(self.topic, key=f"k{i % 31}", value=f'{{"id": {i}, "name": "n{i}"}}',
+        value = None if self.tombstone(i) else f'{{"id": {i}, "name": "n{i}"}}'
+        self._producer.produce(self.topic, key=record_key(i), value=value,
                                on_delivery=lambda err, msg: self._on_delivery(err, msg, i))
+
+    def tombstone(self, record_id: int) -> bool:
+        """Whether the record of ``record_id`` is a tombstone."""
+        return bool(self.tombstone_every) and record_id % self.tombstone_every == self.tombstone_every - 1
 
     def _on_delivery(self, err, msg, record_id: int) -> None:
         if err is not None:
