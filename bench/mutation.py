@@ -43,6 +43,7 @@ MODULES = (
     "groupmgr/rebalance.py",
     "groupmgr/core/offset_range.py",
     "sinks/txn_table.py",
+    "sinks/upsert_table.py",
     "sinks/schema_widening.py",
     "pipelines/runtime/start_offsets.py",
     "pipelines/runtime/checkpoint_log.py",
@@ -67,7 +68,7 @@ MODULES = (
 # work copy does not hold, with the code; they decide nothing a mutant could change. The tests that
 # run a Spark query are left out like the delta-spark read-back.
 TESTS = ("tests/unit", "tests/integration/test_txn_table.py", "tests/integration/test_table_schema_evolution.py",
-         "tests/integration/test_schema_follower.py",
+         "tests/integration/test_schema_follower.py", "tests/integration/test_upsert_table.py",
          "--deselect=tests/integration/test_table_schema_evolution.py::"
          "test_delta_spark_reads_a_nested_field_older_files_lack_as_null",
          "--deselect=tests/integration/test_txn_table.py::test_table_reads_the_same_through_delta_spark",

@@ -1,9 +1,9 @@
-"""``scg validate``'s analysis of a pipeline's transform: the same checks ``scg run`` makes when it
-opens its tables (:func:`pipelines.runtime.pipeline_tables.analyse_output`), run on a local Spark
-session, reported as config errors with file, line and field.
+"""``scg validate``'s analysis of a pipeline's transform, routes or upsert key: the same checks
+``scg run`` makes when it opens its tables (:func:`pipelines.runtime.pipeline_tables.analyse_output`),
+run on a local Spark session, reported as config errors with file, line and field.
 
-Only a file with a ``transform:`` needs Spark (without one, ``partition_by`` columns are checked at
-load); the session is local (``local[1]``, the file's ``spark.sql.*`` settings only, so its master,
+Only a file with a ``transform:``, ``sink.tables`` or ``sink.mode: upsert`` needs Spark (without
+them, ``partition_by`` columns are checked at load); the session is local (``local[1]``, the file's ``spark.sql.*`` settings only, so its master,
 event log or cluster settings are not used) and takes seconds to start, so a progress line says so.
 """
 from __future__ import annotations
@@ -38,15 +38,17 @@ class OutputCheckError(ConfigError):
 
 def check_output(config: PipelineConfig, path: str | Path,
                  progress: Callable[[str], None] | None = None) -> None:
-    """Raise :class:`OutputCheckError` when ``scg run`` would reject the file's transform or
-    routes; does nothing (and starts no Spark) for a file with neither."""
-    if not config.transform and not config.sink.tables:
+    """Raise :class:`OutputCheckError` when ``scg run`` would reject the file's transform, routes
+    or upsert key and ordering; does nothing (and starts no Spark) for a file with none of them."""
+    upsert = config.sink.mode == "upsert"
+    if not config.transform and not config.sink.tables and not upsert:
         return
     from pipelines.runtime.pipeline_tables import analyse_output
     from pipelines.runtime.spark_session import get_or_create_spark
 
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
-    what = "the transforms and routes of sink.tables" if config.sink.tables else "the transform"
+    what = ("the transforms and routes of sink.tables" if config.sink.tables else
+            "the upsert key and ordering" if upsert else "the transform")
     say(f"validate: analysing {what} on a local Spark session (takes a few seconds) ...")
     settings = {k: v for k, v in config.spark_conf().items() if k.startswith("spark.sql.")}
     spark = get_or_create_spark("scg-validate", {**settings, **ANALYSIS_SETTINGS})

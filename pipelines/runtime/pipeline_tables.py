@@ -124,7 +124,7 @@ class UpsertInvalidError(ScgError, ValueError):
 
     def __init__(self, field_path: str, reason: str):
         self.field_path, self.reason = field_path, reason
-        super().__init__(f"{field_path}: {reason}")
+        super().__init__(reason)
 
 
 @dataclass(frozen=True)

@@ -108,3 +108,35 @@ def test_validate_names_a_route_or_a_table_transform_that_run_would_reject(tmp_p
     line = _line_of(bad_transform, "      transform:")
     assert errors[1].startswith(f"{bad_transform}:{line}: sink.tables[1].transform: [TRANSFORM_DROPS_COORDINATES] ")
     assert len(errors) == 2 and result.stdout.startswith("OK "), result.stdout + result.stderr
+
+
+def _upsert_file(tmp_path, name: str, key: str, order_by: str) -> object:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"""\
+name: {name}
+kafka: {{bootstrap_servers: "127.0.0.1:9"}}
+topics: [t]
+group: {{id: {name}}}
+format:
+  type: json
+  envelope: debezium
+  schema: "before STRUCT<id: BIGINT>, after STRUCT<id: BIGINT>, op STRING, source STRUCT<lsn: BIGINT>"
+sink:
+  path: {tmp_path / name / 'table'}
+  mode: upsert
+  key: [{key}]
+  order_by: {order_by}
+""")
+    return path
+
+
+def test_validate_names_an_upsert_key_or_ordering_that_run_would_reject(tmp_path):
+    bad_key = _upsert_file(tmp_path, "key", "lsn", "source.lsn")
+    bad_order = _upsert_file(tmp_path, "order", "id", "source.scn")
+    good = _upsert_file(tmp_path, "good", "id", "source.lsn")
+    result = _validate(bad_key, bad_order, good)
+    assert result.returncode == 2 and "analysing the upsert key and ordering" in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if re.match(r"^\S+\.yaml:\d+: ", line)]
+    assert errors[0].startswith(f"{bad_key}:{_line_of(bad_key, '  key:')}: sink.key[0]: [UPSERT_INVALID] ")
+    assert errors[1].startswith(f"{bad_order}:{_line_of(bad_order, '  order_by:')}: sink.order_by: [UPSERT_INVALID] ")
+    assert len(errors) == 2 and result.stdout.startswith("OK "), result.stdout + result.stderr
