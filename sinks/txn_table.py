@@ -140,7 +140,8 @@ class CommitResult:
     rows_skipped: int             # rows already in the table (replay)
     replayed: tuple[TopicPartition, ...]
     commit_s: float = 0.0         # time spent in the Delta commit itself (files excluded)
-    counts: Mapping[str, int] = field(default_factory=dict)  # rows written per ``count_by`` value
+    counts: Mapping[str, int] = field(default_factory=dict)  # rows written per ``count_by`` value, or
+    # for a merge the rows it inserted, updated and deleted
 
 
 @dataclass(frozen=True)

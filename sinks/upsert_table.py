@@ -37,6 +37,7 @@ from sinks.txn_table import (COMMIT_MARKER, CommitPlan, CommitResult, SchemaInco
 MERGE_ATTEMPTS = 10
 DELETE = "_change_delete"   # the column of a change that says it deletes its key
 SOURCE, TARGET = "s", "t"   # the merge's aliases
+MERGED = ("inserted", "updated", "deleted")  # what a merge did to the table's rows (CommitResult.counts)
 
 Changes = Callable[[CommitPlan], pa.Table]
 
@@ -93,7 +94,7 @@ class UpsertDeltaTable(TxnDeltaTable):
         and deleted; None when a concurrent commit conflicts. A batch without changes commits
         the transactions alone."""
         if rows.num_rows == 0:
-            return {} if self._try_commit(table, (), txns, marker) else None
+            return dict.fromkeys(MERGED, 0) if self._try_commit(table, (), txns, marker) else None
         self._check_columns(table, rows)
         columns = {quoted(c): f"{SOURCE}.{quoted(c)}" for c in self.schema.names}
         matches = " AND ".join(f"{TARGET}.{quoted(k)} = {SOURCE}.{quoted(k)}" for k in self.key)
@@ -111,7 +112,7 @@ class UpsertDeltaTable(TxnDeltaTable):
             raise StorageUnavailable(self.path, exc) from None
         except DeltaError as exc:
             raise SinkError(f"{self.path}: the merge failed: {exc}") from None
-        return {name: int(metrics.get(f"num_target_rows_{name}", 0)) for name in ("inserted", "updated", "deleted")}
+        return {name: int(metrics.get(f"num_target_rows_{name}", 0)) for name in MERGED}
 
     def _check_columns(self, table: DeltaTable, rows: pa.Table) -> None:
         """The changes' columns are the table's (and :data:`DELETE`), else SchemaIncompatible."""

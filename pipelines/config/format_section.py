@@ -58,10 +58,11 @@ def _envelope(ctx: Ctx, sec: Section, kind: str | None, schema: tuple[SchemaFiel
                  "type json, avro or protobuf", fields=("type", "envelope"))
     if kind == "json" and schema:
         types = {f.name: f.type.strip().lower() for f in schema}
-        if "op" not in types or not types.get("after", "").startswith("struct<"):
+        event = "op" in types and types.get("after", "").startswith("struct<")
+        if not event and not (len(types) <= 2 and types.get("payload", "").startswith("struct<")):
             ctx.fail(sec.get("schema").line, sec.sub("schema"), C.BAD_VALUE,
                      "with envelope debezium the schema is the change event's: give `op STRING` and `after` "
-                     "(and `before`) as STRUCT<...> of the row's columns")
+                     "(and `before`) as STRUCT<...> of the row's columns, or the event as `payload STRUCT<...>`")
     return envelope
 
 

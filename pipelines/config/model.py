@@ -481,8 +481,9 @@ class FormatConfig:
         "How record keys are decoded (avro and protobuf values only).", default="keys as text"))
     envelope: str | None = field(default=None, metadata=key_doc(
         "envelope", ENUM, "debezium", "what a record is (upsert)",
-        "`debezium`: a change event with `before`, `after`, `op` and `source` (json: give that whole "
-        "shape as `schema`); its row is `after`, or `before` for `op: d`, which deletes the key. "
+        "`debezium`: a change event with `before`, `after`, `op` and `source`, or a record whose `payload` "
+        "is one (json: give that whole shape as `schema`); its row is `after`, or `before` for `op: d`, "
+        "which deletes the key. "
         "Needs `sink.mode: upsert`.", default="none: a record is its row"))
 
     def registry_settings(self) -> RegistrySettings | None:

@@ -55,7 +55,7 @@ from pipelines.runtime.routing import Routing, route_column, routed
 from pipelines.runtime.schema_follower import BatchSchema
 from sinks.data_files import METADATA_DDL, DataFileWriter, WrittenFiles, metadata_batch
 from sinks.txn_table import CommitPlan, CommitResult, FencedWriterError, TxnDeltaTable
-from sinks.upsert_table import UpsertDeltaTable
+from sinks.upsert_table import MERGED, UpsertDeltaTable
 
 
 @dataclass(frozen=True)
@@ -200,6 +200,7 @@ class BatchReport:
     commit_s: float
     kafka_committed: bool
     dead_letter_reasons: Mapping[str, int] = field(default_factory=dict)  # dead letters per reason
+    merged: Mapping[str, int] = field(default_factory=dict)  # an upsert table's rows inserted, updated, deleted
 
 
 class PlannedRanges(Protocol):
@@ -615,7 +616,9 @@ class BatchWriter:
                                 sum(r.rows_skipped for r in results), dead_result.rows_written,
                                 first.table_version, time.monotonic() - started,
                                 sum(r.commit_s for r in results) + dead_result.commit_s,
-                                committed, dict(dead_result.counts)))
+                                committed, dict(dead_result.counts),
+                                {kind: sum(r.counts.get(kind, 0) for r in results) for kind in MERGED
+                                 if any(kind in r.counts for r in results)}))
 
     def prepare(self, batch_df, ranges: tuple[OffsetRange, ...],
                 left_out: frozenset[TopicPartition] = frozenset(), fmt: RecordFormat | None = None) -> PreparedBatch:

@@ -5,8 +5,9 @@ a change of its key: an upsert of the record's row, or a delete. What a record s
 
 * without an envelope, the record's output row is the key's new row (an upsert);
 * with ``format.envelope: debezium`` the record is Debezium's envelope (``before``, ``after``,
-  ``op``, ``source``, ...): for ``op`` ``d`` the row is ``before`` and the change a delete; for any
-  other ``op`` (``c``, ``u``, ``r``) the row is ``after`` and the change an upsert;
+  ``op``, ``source``, ...), or a record whose ``payload`` is (Debezium's JSON converter with
+  schemas): for ``op`` ``d`` the row is ``before`` and the change a delete; for any other ``op``
+  (``c``, ``u``, ``r``) the row is ``after`` and the change an upsert;
 * with ``sink.delete_on_tombstone`` a tombstone (a record without a value) deletes the key read
   from the record's Kafka key: a key column that is a record column (``key``, ``topic``, ...) is
   that column; any other is the field of that name of the decoded key (Avro or Protobuf keys), or
@@ -31,7 +32,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from groupmgr.core import TopicPartition
-from pipelines.runtime.records import HEADERS, NULL_VALUE, PARSED_KEY, REASON, RecordFormat, key_text
+from pipelines.runtime.records import (NULL_VALUE, PARSED_KEY, REASON, RecordFormat, key_text,
+                                       output_coordinates)
 from sinks.upsert_table import DELETE  # change rows: true for a delete
 
 MISSING_KEY = "missing_key"          # the dead-letter reason of a change whose key columns are not all set
@@ -42,7 +44,6 @@ _TOMBSTONE = "_change_tombstone"
 _RANK = "_change_rank"
 _RECORD = "_parsed"                  # the classified record (records.classify)
 _RAW = ("_raw_key", "_raw_value")    # the classified columns dead letters keep
-_COORDINATES = ("topic", "partition", "offset", "timestamp")
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,12 @@ def classified_changes(classified: DataFrame, fmt: RecordFormat, spec: ChangeSpe
     marked = classified.withColumn(_TOMBSTONE, tombstone).withColumn(REASON, F.when(~F.col(_TOMBSTONE), F.col(REASON)))
     record_type = marked.schema[_RECORD].dataType if _RECORD in marked.columns else None
     image, names = _row_image(fmt, spec, record_type)
-    columns = {name: column for name, column in _output_coordinates(fmt)}
+    event = _event(record_type)[0] if spec.envelope == DEBEZIUM else None
+    columns = dict(output_coordinates(fmt))
+    taken = {name.lower() for name in columns}
+    clashes = [name for name in names if name.lower() in taken]
+    if clashes:
+        raise RowColumnClash(clashes)
     for name in names:
         columns[name] = image.getField(name) if image is not None else F.col(name)
     for column in spec.key:
@@ -79,19 +85,16 @@ def classified_changes(classified: DataFrame, fmt: RecordFormat, spec: ChangeSpe
     reason = F.coalesce(F.col(REASON), F.when(missing, F.lit(MISSING_KEY)))
     delete = F.col(_TOMBSTONE)
     if spec.envelope == DEBEZIUM:
-        delete = delete | F.coalesce(F.col(f"{_RECORD}.op") == "d", F.lit(False))
+        delete = delete | F.coalesce(event.getField("op") == "d", F.lit(False))
     order = _order(spec.order_by)
-    return marked.select(*[F.col(c) for c in _COORDINATES], *[F.col(c) for c in _RAW],
-                         *([F.col(HEADERS)] if fmt.headers else []), reason.alias(REASON),
-                         *[column.alias(name) for name, column in columns.items() if name not in _COORDINATES],
-                         delete.alias(DELETE), order.alias(ORDER))
+    return marked.select(*[column.alias(name) for name, column in columns.items()], delete.alias(DELETE),
+                         order.alias(ORDER), *[F.col(c) for c in _RAW], reason.alias(REASON))
 
 
 def change_rows(changes: DataFrame) -> DataFrame:
     """The good records of :func:`classified_changes`: the output row (coordinates, key, the
     row's fields), then :data:`DELETE` and :data:`ORDER`."""
-    kept = [c for c in changes.columns if c not in (*_RAW, REASON, HEADERS)] if HEADERS not in changes.columns \
-        else [c for c in changes.columns if c not in (*_RAW, REASON)]
+    kept = [c for c in changes.columns if c not in (*_RAW, REASON)]
     return changes.filter(F.col(REASON).isNull()).select(*[F.col(f"`{c}`") for c in kept])
 
 
@@ -125,35 +128,35 @@ def last_changes(rows: DataFrame, key: tuple[str, ...], keep_from: Mapping[Topic
     return rows.withColumn(_RANK, F.row_number().over(last)).where(F.col(_RANK) == 1).drop(_RANK, ORDER)
 
 
-def _output_coordinates(fmt: RecordFormat) -> list[tuple[str, Column]]:
-    """The coordinate columns every output row starts with, by name (records' output columns)."""
-    coordinates = [(c, F.col(c)) for c in _COORDINATES]
-    key = F.col(PARSED_KEY) if fmt.key_framed is not None else key_text(F.col("_raw_key"))
-    coordinates += [("key", key), ("key_bytes", F.col("_raw_key"))]
-    return coordinates + ([(HEADERS, F.col(HEADERS))] if fmt.headers else [])
-
-
 def _row_image(fmt: RecordFormat, spec: ChangeSpec, record_type) -> tuple[Column | None, list[str]]:
     """The struct whose fields are the output row's (None: the raw ``value`` column) and their names."""
     if fmt.kind == "raw":
         return None, ["value"]
-    record = F.col(_RECORD)
     if spec.envelope != DEBEZIUM:
-        return record, list(record_type.fieldNames())
-    image = F.when(record.getField("op") == "d", record.getField("before")).otherwise(record.getField("after"))
-    return image, list(_after_type(record_type).fieldNames())
+        return F.col(_RECORD), list(record_type.fieldNames())
+    event, event_type = _event(record_type)
+    before = event.getField("before") if "before" in event_type.fieldNames() else F.lit(None)
+    image = F.when(event.getField("op") == "d", before).otherwise(event.getField("after"))
+    return image, list(event_type["after"].dataType.fieldNames())
 
 
-def _after_type(record_type) -> StructType:
-    """The type of a Debezium envelope's ``after`` (the row image), or a named error."""
-    names = set(record_type.fieldNames()) if isinstance(record_type, StructType) else set()
-    if not {"after", "op"} <= names or not isinstance(record_type["after"].dataType, StructType):
-        raise EnvelopeError(sorted(names))
-    return record_type["after"].dataType
+def _event(record_type) -> tuple[Column, StructType]:
+    """A Debezium record's change event (the record, or its ``payload``) and its type; a named
+    error when it has no ``op`` or no ``after`` struct (the row image)."""
+    def is_event(struct) -> bool:
+        return (isinstance(struct, StructType) and "op" in struct.fieldNames() and "after" in struct.fieldNames()
+                and isinstance(struct["after"].dataType, StructType))
+
+    if is_event(record_type):
+        return F.col(_RECORD), record_type
+    names = record_type.fieldNames() if isinstance(record_type, StructType) else []
+    if "payload" in names and is_event(record_type["payload"].dataType):
+        return F.col(_RECORD).getField("payload"), record_type["payload"].dataType
+    raise EnvelopeError(sorted(names))
 
 
 def _field_type(record_type, spec: ChangeSpec, column: str):
-    struct = _after_type(record_type) if spec.envelope == DEBEZIUM else record_type
+    struct = _event(record_type)[1]["after"].dataType if spec.envelope == DEBEZIUM else record_type
     return struct[column].dataType
 
 
@@ -179,6 +182,15 @@ def _order(order_by: str | None) -> Column:
     for part in order_by.split("."):
         column = column.getField(part)
     return column
+
+
+class RowColumnClash(ValueError):
+    """Fields of the change's row are named like the columns every output row carries."""
+
+    def __init__(self, names):
+        self.names = tuple(names)
+        super().__init__(f"the row has fields named like the record's own columns ({', '.join(self.names)}: "
+                         "topic, partition, offset, timestamp, key, key_bytes, headers); the table cannot hold both")
 
 
 class EnvelopeError(ValueError):

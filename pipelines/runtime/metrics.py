@@ -55,6 +55,8 @@ class MemberMetrics:
                                  "tables, files excluded)", LABELS, buckets=COMMIT_BUCKETS, registry=r)
         self._records = Counter("scg_records_written", "Rows committed to a Delta table (replays excluded)",
                                 LABELS + ("table",), registry=r)
+        self._merged = Counter("scg_upsert_rows", "Rows an upsert table's merges inserted, updated and deleted",
+                               LABELS + ("change",), registry=r)
         self._dead = Counter("scg_dead_letters", "Records committed to the dead-letter table, by reason",
                              LABELS + ("reason",), registry=r)
         self._rebalances = Counter("scg_rebalances", "Assignments received from the group", LABELS, registry=r)
@@ -89,6 +91,8 @@ class MemberMetrics:
         self._records.labels(**self._labels, table="dead_letter").inc(report.dead_letters)
         for reason, count in report.dead_letter_reasons.items():
             self._dead.labels(**self._labels, reason=reason or "unknown").inc(count)
+        for change, count in report.merged.items():
+            self._merged.labels(**self._labels, change=change).inc(count)
         with self._lock:
             for tp, records in lag.items():
                 self._lag.labels(**self._labels, topic=tp.topic, partition=str(tp.partition)).set(records)

@@ -27,7 +27,8 @@ from groupmgr.core import ExitCategory, ScgError
 
 from pipelines.runtime.avro_types import AvroFormat
 from pipelines.runtime.batch_writer import apply_transform
-from pipelines.runtime.changes import ChangeSpec, EnvelopeError, change_rows, classified_changes, table_columns
+from pipelines.runtime.changes import (ChangeSpec, EnvelopeError, RowColumnClash, change_rows, classified_changes,
+                                       table_columns)
 from pipelines.runtime.pipeline_spec import PipelineSpec
 from pipelines.runtime.protobuf_types import ProtobufFormat
 from pipelines.runtime.records import HEADERS, RecordFormat, classify, dead_letters, good_rows, kafka_row_ddl
@@ -252,16 +253,12 @@ def _change_shape(classified, fmt: RecordFormat, changes: ChangeSpec) -> pa.Sche
     try:
         rows = change_rows(classified_changes(classified, fmt, changes))
         columns = rows.columns
-    except EnvelopeError as exc:
+    except (EnvelopeError, RowColumnClash) as exc:
         raise UpsertInvalidError("format.envelope", str(exc)) from None
     except PySparkException as exc:
         field = "sink.order_by" if changes.order_by else "sink.key"
         raise UpsertInvalidError(field, _first_line(exc)) from None
     kept = table_columns(columns)
-    duplicates = sorted({c for c in kept if [k.lower() for k in kept].count(c.lower()) > 1})
-    if duplicates:
-        raise UpsertInvalidError("format.envelope", f"the row has fields named like the record's columns "
-                                 f"({', '.join(duplicates)}); the table cannot hold both")
     for index, column in enumerate(changes.key):
         if column not in kept:
             raise UpsertInvalidError(f"sink.key[{index}]", f"{column!r} is not a column of the output row; its "

@@ -67,7 +67,8 @@ class ProgressPrinter:
         self._emit(f"batch {report.batch_id}: {records} records ({report.rows_written} rows, "
                    f"{report.dead_letters} dead letters, {report.rows_skipped} replayed) "
                    f"in {report.duration_s:.2f}s ({rate:,.0f}/s, Delta commit "
-                   f"{report.commit_s:.2f}s, version {report.delta_version}){_lag_text(lag)}", "batch",
+                   f"{report.commit_s:.2f}s, version {report.delta_version}){_merged_text(report.merged)}"
+                   f"{_lag_text(lag)}", "batch",
                    batch_id=report.batch_id, partitions=_list(r.tp for r in report.ranges))
 
     def refused(self, batch_id: int, error) -> None:
@@ -89,6 +90,13 @@ def _condition_in(text: str) -> str | None:
     """The first ``[CONDITION]`` a line names, if any."""
     match = _CONDITION.search(text)
     return match.group(1) if match else None
+
+
+def _merged_text(merged) -> str:
+    """An upsert table's merge: ``; merged 3 inserted, 5 updated, 1 deleted`` (nothing for appends)."""
+    if not merged:
+        return ""
+    return "; merged " + ", ".join(f"{count} {change}" for change, count in merged.items())
 
 
 def _lag_text(lag) -> str:

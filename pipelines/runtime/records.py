@@ -397,13 +397,19 @@ def good_rows(classified: DataFrame, fmt: RecordFormat) -> DataFrame:
     return record_columns(fmt).good_rows(classified)
 
 
-def _output_columns(fmt: RecordFormat, fields: list[str]) -> list[Column]:
-    """The output table's columns: the coordinates, the key, the headers (when the format
-    keeps them), then ``value`` (raw) or the schema's ``fields`` (json)."""
-    coords = [F.col(c) for c in ("topic", "partition", "offset", "timestamp")]
+def output_coordinates(fmt: RecordFormat) -> list[tuple[str, Column]]:
+    """The columns every output row starts with, by name, over a classified row: the
+    coordinates, the key (the key rule above), and the headers when the format keeps them."""
+    coords = [(c, F.col(c)) for c in ("topic", "partition", "offset", "timestamp")]
     key = F.col(PARSED_KEY) if fmt.key_framed is not None else key_text(F.col("_raw_key"))
-    coords += [key.alias("key"), F.col("_raw_key").alias("key_bytes")]
-    coords += [F.col(HEADERS)] if fmt.headers else []
+    coords += [("key", key), ("key_bytes", F.col("_raw_key"))]
+    return coords + ([(HEADERS, F.col(HEADERS))] if fmt.headers else [])
+
+
+def _output_columns(fmt: RecordFormat, fields: list[str]) -> list[Column]:
+    """The output table's columns: :func:`output_coordinates`, then ``value`` (raw) or the
+    schema's ``fields`` (json)."""
+    coords = [column.alias(name) for name, column in output_coordinates(fmt)]
     if fmt.kind == "raw":
         return coords + [F.col("value")]
     return coords + [F.col("_parsed").getField(name).alias(name) for name in fields]

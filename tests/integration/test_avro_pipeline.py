@@ -191,3 +191,66 @@ def test_a_registry_that_is_down_holds_the_batch_until_it_answers(bootstrap, sch
     rows = DeltaTable(str(tmp_path / "table")).to_pyarrow_table().to_pylist()
     assert sorted(r["id"] for r in rows) == list(range(20))
     assert DeltaTable(str(tmp_path / "dead")).to_pyarrow_table().num_rows == 0
+
+
+DEBEZIUM_VALUE = {"type": "record", "name": "Envelope", "namespace": "shop.customers", "fields": [
+    {"name": "before", "type": ["null", {"type": "record", "name": "Value", "fields": [
+        {"name": "id", "type": "long"}, {"name": "name", "type": "string"}]}], "default": None},
+    {"name": "after", "type": ["null", "Value"], "default": None},
+    {"name": "op", "type": "string"},
+    {"name": "source", "type": {"type": "record", "name": "Source", "fields": [{"name": "lsn", "type": "long"}]}}]}
+DEBEZIUM_KEY = {"type": "record", "name": "Key", "namespace": "shop.customers", "fields": [
+    {"name": "id", "type": "long"}]}
+
+
+def test_debezium_avro_changes_with_avro_keys_are_merged_into_an_upsert_table(
+        spark, bootstrap, registry, unique_name, tmp_path):
+    from pipelines.runtime.batch_writer import BatchWriter, TableTargets
+    from pipelines.runtime.changes import ChangeSpec, change_rows, classified_changes, table_columns
+    from pipelines.runtime.pipeline_tables import arrow_schema
+    from pipelines.runtime.records import KAFKA_ROW_DDL, classify, dead_letters
+    from sinks.txn_table import TxnDeltaTable
+    from sinks.upsert_table import UpsertDeltaTable
+
+    values = SerializationContext(unique_name, MessageField.VALUE)
+    keys = SerializationContext(unique_name, MessageField.KEY)
+    value_of, key_of = _serializer(registry, DEBEZIUM_VALUE), _serializer(registry, DEBEZIUM_KEY)
+
+    def change(op, ident, name, lsn):
+        row = {"id": ident, "name": name}
+        return key_of({"id": ident}, keys), value_of({"before": None if op == "c" else row,
+                                                      "after": None if op == "d" else row, "op": op,
+                                                      "source": {"lsn": lsn}}, values)
+
+    records = [change("c", 1, "a", 1), change("c", 2, "b", 2), change("c", 3, "c", 3), change("u", 1, "a2", 4),
+               change("d", 2, "b", 5), (key_of({"id": 3}, keys), None)]
+    create_topic(bootstrap, unique_name, 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for key, value in records:
+        producer.produce(unique_name, key=key, value=value)
+    assert producer.flush(60) == 0
+    settings = RegistrySettings(registry.url)
+    fmt = RecordFormat("avro", None, 1 << 20, framed=AvroFormat(json.dumps(DEBEZIUM_VALUE), settings),
+                       key_framed=AvroFormat(json.dumps(DEBEZIUM_KEY), settings))
+    spec = ChangeSpec(("id",), "source.lsn", delete_on_tombstone=True, envelope="debezium")
+    classified = classified_changes(classify(spark.createDataFrame([], KAFKA_ROW_DDL), fmt), fmt, spec)
+    rows = change_rows(classified)
+    table = UpsertDeltaTable(str(tmp_path / "table"), "p",
+                             arrow_schema(rows.select(*[f"`{c}`" for c in table_columns(rows.columns)])), spec.key)
+    dead = TxnDeltaTable(str(tmp_path / "dead"), "p", arrow_schema(dead_letters(classified, fmt)))
+    tp = OffsetRange(unique_name, 0, 0, len(records))
+    targets = TableTargets(table, dead, table.claim([tp.tp]), dead.claim([tp.tp]))
+
+    class Log:
+        def ranges(self, batch_id):
+            return (tp,)
+
+    writer = BatchWriter(fmt, None, targets, Log(), commit_kafka=lambda offsets, meta: True,
+                         report=lambda report: None, refused=lambda batch_id, err: None, changes=spec)
+    batch_df = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                .option("assign", json.dumps({unique_name: [0]}))
+                .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
+    writer(batch_df, 0)
+    got = DeltaTable(table.path).to_pyarrow_table().to_pylist()
+    assert [(r["id"], r["name"], r["key"]) for r in got] == [(1, "a2", {"id": 1})]
+    assert DeltaTable(dead.path).to_pyarrow_table().num_rows == 0

@@ -13,7 +13,7 @@ import pytest
 
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.batch_writer import BatchWriter, TableTargets
-from pipelines.runtime.changes import ChangeSpec, change_rows, classified_changes, table_columns
+from pipelines.runtime.changes import ChangeSpec, RowColumnClash, change_rows, classified_changes, table_columns
 from pipelines.runtime.pipeline_tables import arrow_schema
 from pipelines.runtime.records import KAFKA_ROW_DDL, RecordFormat, classify, dead_letters
 from sinks.txn_table import FencedWriterError, TxnDeltaTable
@@ -125,6 +125,7 @@ def test_changes_are_inserted_updated_and_deleted_as_the_events_say(spark, tmp_p
     assert table_rows(spark, targets.table) == model([first, second]) == {1: "a3", 4: "d2"}
     assert targets.table.recorded_offsets([TP0, TP1]) == {TP0: 5, TP1: 5}
     assert stream.reports[1].rows_written == 4  # one change per key of the batch
+    assert stream.reports[1].merged == {"inserted": 0, "updated": 2, "deleted": 2}
 
 
 def test_a_change_without_its_key_is_a_dead_letter(spark, tmp_path):
@@ -175,3 +176,32 @@ def test_a_tombstone_wins_over_the_changes_before_it_and_loses_to_those_after_it
     Stream(spark, targets).write({TP0: [event("c", 1, "a", 9), tombstone(1), event("c", 2, "b", 5), tombstone(2),
                                         event("c", 2, "b2", 6)]})
     assert table_rows(spark, targets.table) == {2: "b2"}
+
+
+def test_events_under_payload_as_debeziums_json_converter_with_schemas_writes_them(spark, tmp_path):
+    fmt = RecordFormat("json", f"schema STRING, payload STRUCT<before: {ROW}, after: {ROW}, op: STRING, "
+                               "source: STRUCT<lsn: BIGINT>>", 1000)
+    spec = ChangeSpec(key=("id",), order_by="payload.source.lsn", envelope="debezium")
+    classified = classified_changes(classify(spark.createDataFrame([], KAFKA_ROW_DDL), fmt), fmt, spec)
+    rows = change_rows(classified)
+    table = UpsertDeltaTable(str(tmp_path / "table"), "p",
+                             arrow_schema(rows.select(*[f"`{c}`" for c in table_columns(rows.columns)])), spec.key)
+    dead = TxnDeltaTable(str(tmp_path / "dead"), "p", arrow_schema(dead_letters(classified, fmt)))
+    targets = TableTargets(table, dead, table.claim([TP0]), dead.claim([TP0]))
+    log = Log()
+    log.planned[0] = (OffsetRange("cdc", 0, 0, 3),)
+    writer = BatchWriter(fmt, None, targets, log, commit_kafka=lambda offsets, meta: True,
+                         report=lambda report: None, refused=lambda batch_id, err: None, changes=spec)
+    wrapped = [(key, json.dumps({"schema": "...", "payload": json.loads(value)}).encode())
+               for key, value in (event("c", 1, "a", 1), event("c", 2, "b", 2), event("d", 1, None, 3))]
+    writer(kafka_rows(spark, {TP0: wrapped}, {}), 0)
+    assert table_rows(spark, table) == {2: "b"}
+    assert [f.name for f in table.snapshot().schema().fields][-2:] == ["id", "name"]
+
+
+def test_a_row_field_named_like_a_record_column_is_refused(spark):
+    row = "STRUCT<id: BIGINT, offset: BIGINT>"
+    fmt = RecordFormat("json", f"before {row}, after {row}, op STRING", 1000)
+    with pytest.raises(RowColumnClash, match="offset"):
+        classified_changes(classify(spark.createDataFrame([], KAFKA_ROW_DDL), fmt), fmt,
+                           ChangeSpec(key=("id",), envelope="debezium"))

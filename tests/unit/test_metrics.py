@@ -158,3 +158,12 @@ def test_ready_once_joined_and_reading_or_deliberately_idle():
     assert probes(state=QueryState.STARTING).ready() == Probe(False, "query starting")
     assert probes(state=QueryState.RESTARTING).ready() == Probe(False, "query restarting")
     assert probes(query=False).ready() == Probe(False, "query running")
+
+
+def test_an_upsert_batch_counts_the_rows_its_merge_inserted_updated_and_deleted():
+    m = MemberMetrics("p", "g", "m")
+    merged = {"inserted": 4, "updated": 2, "deleted": 1}
+    m.batch(BatchReport(1, (), 7, 0, 0, 3, 1.0, 0.2, True, {}, merged), {})
+    m.batch(BatchReport(2, (), 1, 0, 0, 4, 1.0, 0.2, True, {}, {"inserted": 0, "updated": 1, "deleted": 0}), {})
+    got = samples(m)
+    assert [got[("scg_upsert_rows_total", (("change", c),))] for c in ("inserted", "updated", "deleted")] == [4, 3, 1]
