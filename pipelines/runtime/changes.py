@@ -59,10 +59,11 @@ class ChangeSpec:
 
 
 def classified_changes(classified: DataFrame, fmt: RecordFormat, spec: ChangeSpec) -> DataFrame:
-    """``classified`` (:func:`records.classify`'s rows) as change events: the coordinates, the raw
-    key and value and the reason (what :func:`records.dead_letters` reads), then each record's
-    change row (:func:`change_rows`). Tombstones are good records when they delete; a good
-    record whose key is not all set gets the reason ``missing_key``."""
+    """``classified`` (:func:`records.classify`'s rows) as change events: each record's change row
+    (:func:`change_rows`), then the raw key and value and the reason (with the coordinates, what
+    :func:`records.dead_letters` reads). Tombstones are good records when they delete; a good
+    record whose key is not all set gets the reason ``missing_key``. Raises RowColumnClash or
+    EnvelopeError when the records cannot be such rows."""
     tombstone = F.coalesce(F.col(REASON) == NULL_VALUE, F.lit(False)) if spec.delete_on_tombstone else F.lit(False)
     marked = classified.withColumn(_TOMBSTONE, tombstone).withColumn(REASON, F.when(~F.col(_TOMBSTONE), F.col(REASON)))
     record_type = marked.schema[_RECORD].dataType if _RECORD in marked.columns else None
@@ -76,7 +77,7 @@ def classified_changes(classified: DataFrame, fmt: RecordFormat, spec: ChangeSpe
     for name in names:
         columns[name] = image.getField(name) if image is not None else F.col(name)
     for column in spec.key:
-        if column in names:
+        if column in names and fmt.kind != "raw":  # a raw tombstone has no value to read a key from
             columns[column] = F.when(F.col(_TOMBSTONE), _key_field(fmt, column, _field_type(record_type, spec, column))) \
                 .otherwise(columns[column])
     missing = F.lit(False)

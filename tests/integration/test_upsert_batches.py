@@ -205,3 +205,24 @@ def test_a_row_field_named_like_a_record_column_is_refused(spark):
     with pytest.raises(RowColumnClash, match="offset"):
         classified_changes(classify(spark.createDataFrame([], KAFKA_ROW_DDL), fmt), fmt,
                            ChangeSpec(key=("id",), envelope="debezium"))
+
+
+def test_raw_records_keyed_by_their_kafka_key_mirror_a_compacted_topic(spark, tmp_path):
+    fmt = RecordFormat("raw", None, 1000)
+    spec = ChangeSpec(key=("key",), delete_on_tombstone=True)
+    classified = classified_changes(classify(spark.createDataFrame([], KAFKA_ROW_DDL), fmt), fmt, spec)
+    rows = change_rows(classified)
+    table = UpsertDeltaTable(str(tmp_path / "table"), "p",
+                             arrow_schema(rows.select(*[f"`{c}`" for c in table_columns(rows.columns)])), spec.key)
+    dead = TxnDeltaTable(str(tmp_path / "dead"), "p", arrow_schema(dead_letters(classified, fmt)))
+    targets = TableTargets(table, dead, table.claim([TP0]), dead.claim([TP0]))
+    log = Log()
+    log.planned[0] = (OffsetRange("cdc", 0, 0, 5),)
+    writer = BatchWriter(fmt, None, targets, log, commit_kafka=lambda offsets, meta: True,
+                         report=lambda report: None, refused=lambda batch_id, err: None, changes=spec)
+    records = [(b"a", b"1"), (b"b", b"2"), (b"a", b"3"), (b"b", None), (None, b"keyless")]
+    writer(kafka_rows(spark, {TP0: records}, {}), 0)
+    got = spark.read.format("delta").load(table.path).collect()
+    assert [(r.key, bytes(r.value)) for r in got] == [("a", b"3")]
+    reasons = [r.reason for r in spark.read.format("delta").load(dead.path).collect()]
+    assert reasons == ["missing_key"]
