@@ -427,10 +427,11 @@ class TxnDeltaTable:
         return DeltaSchema.from_json(json.dumps(widened))
 
     @staticmethod
-    def _committed_version(table: DeltaTable, marker: str) -> int | None:
+    def _committed_version(table: DeltaTable, marker: str, base: int | None = None) -> int | None:
         """The version our commit became: other members' commits may follow it at once, so it is
-        found by its marker among the versions after the snapshot it was built on."""
-        base = table.version()
+        found by its marker among the versions after the snapshot it was built on (``base``;
+        default ``table``'s version, for a commit that leaves ``table`` on its snapshot)."""
+        base = table.version() if base is None else base
         table.update_incremental()
         for entry in table.history(limit=max(table.version() - base, 1)):
             if entry.get(COMMIT_MARKER) == marker:

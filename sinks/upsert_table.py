@@ -84,8 +84,8 @@ class UpsertDeltaTable(TxnDeltaTable):
             base, started = table.version(), time.monotonic()
             merged = self._try_merge(table, rows, txns, marker)
             if merged is not None:
-                return CommitResult(self._version_after(table, base, marker), rows.num_rows, 0, decided.replayed,
-                                    time.monotonic() - started, merged)
+                return CommitResult(self._committed_version(table, marker, base), rows.num_rows, 0,
+                                    decided.replayed, time.monotonic() - started, merged)
             time.sleep(min(0.05 * 2 ** attempt, 2.0))
         raise SinkError(f"{self.path}: the merge kept conflicting after {MERGE_ATTEMPTS} attempts")
 
@@ -102,8 +102,8 @@ class UpsertDeltaTable(TxnDeltaTable):
         properties = CommitProperties(app_transactions=txns, custom_metadata={COMMIT_MARKER: marker})
         try:
             metrics = (table.merge(rows, matches, SOURCE, TARGET, commit_properties=properties)
-                       .when_matched_delete(predicate=deletes)
-                       .when_matched_update(columns, predicate=f"NOT {deletes}")
+                       .when_matched_delete(predicate=deletes)  # the first clause that matches a row wins
+                       .when_matched_update(columns)
                        .when_not_matched_insert(columns, predicate=f"NOT {deletes}")
                        .execute())
         except CommitFailedError:
@@ -121,13 +121,3 @@ class UpsertDeltaTable(TxnDeltaTable):
                                      type_text(json.loads(table.schema().to_json())),
                                      ", ".join(rows.column_names))
         self._widened(table)
-
-    @staticmethod
-    def _version_after(table: DeltaTable, base: int, marker: str) -> int | None:
-        """The version our merge became (found by its marker after ``base``: other members'
-        commits may follow it at once)."""
-        table.update_incremental()
-        for entry in table.history(limit=max(table.version() - base, 1)):
-            if entry.get(COMMIT_MARKER) == marker:
-                return int(entry["version"])
-        return None

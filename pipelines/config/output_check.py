@@ -3,8 +3,9 @@
 run on a local Spark session, reported as config errors with file, line and field.
 
 Only a file with a ``transform:``, ``sink.tables`` or ``sink.mode: upsert`` needs Spark (without
-them, ``partition_by`` columns are checked at load); the session is local (``local[1]``, the file's ``spark.sql.*`` settings only, so its master,
-event log or cluster settings are not used) and takes seconds to start, so a progress line says so.
+them, ``partition_by`` columns are checked at load); the session is local (``local[1]``, the
+file's ``spark.sql.*`` settings only, so its master, event log or cluster settings are not used)
+and takes seconds to start, so a progress line says so.
 """
 from __future__ import annotations
 

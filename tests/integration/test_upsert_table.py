@@ -8,7 +8,7 @@ import pytest
 from deltalake import DeltaTable
 
 from groupmgr.core import OffsetRange, TopicPartition
-from sinks.txn_table import FencedWriterError, OffsetGapError, SchemaIncompatible
+from sinks.txn_table import FencedWriterError, OffsetGapError, SchemaIncompatible, read_recorded_offsets
 from sinks.upsert_table import DELETE, UpsertDeltaTable
 
 pytestmark = pytest.mark.delta_only
@@ -47,7 +47,9 @@ def test_changes_insert_update_and_delete_with_the_offsets_in_one_commit(table):
     assert rows(table) == {1: "a2", 4: "d"}
     assert result.table_version == version + 1 and table.snapshot().version() == version + 1
     assert dict(result.counts) == {"inserted": 1, "updated": 1, "deleted": 1}
-    assert table.recorded_offsets([T0]) == {T0: 6}
+    assert (result.rows_written, result.rows_skipped, result.replayed) == (3, 0, ())
+    assert 0 < result.commit_s < 60
+    assert read_recorded_offsets(table.path, "app", [T0]) == {T0: 6}
 
 
 def test_a_replayed_batch_commits_nothing_and_a_partly_replayed_one_gets_the_rest(table):
@@ -58,9 +60,10 @@ def test_a_replayed_batch_commits_nothing_and_a_partly_replayed_one_gets_the_res
     replay = table.commit_changes([OffsetRange("t", 0, 0, 2)], epochs,
                                   lambda plan: asked.append(plan) or changes(T0, (1, 2, None)))
     assert replay.table_version is None and not asked and table.snapshot().version() == version
-    table.commit_changes([OffsetRange("t", 0, 0, 4)], epochs,
-                         lambda plan: asked.append(plan.keep_from) or changes(T0, (3, 5, "e")))
-    assert asked == [{T0: 2}] and rows(table) == {1: "a", 2: "b", 5: "e"}
+    assert (replay.rows_written, replay.rows_skipped, replay.replayed) == (0, 0, (T0,))
+    partly = table.commit_changes([OffsetRange("t", 0, 0, 4)], epochs,
+                                  lambda plan: asked.append(plan.keep_from) or changes(T0, (3, 5, "e")))
+    assert asked == [{T0: 2}] and rows(table) == {1: "a", 2: "b", 5: "e"} and partly.replayed == (T0,)
     with pytest.raises(OffsetGapError):
         table.commit_changes([OffsetRange("t", 0, 9, 10)], epochs, lambda plan: changes(T0, (9, 9, "x")))
 
@@ -93,13 +96,37 @@ def test_a_merge_that_meets_a_concurrent_one_merges_again_and_both_hold(table):
 
 def test_a_batch_without_changes_records_its_offsets(table):
     epochs = table.claim([T0])
-    table.commit_changes([OffsetRange("t", 0, 0, 5)], epochs, lambda plan: changes(T0))
+    version = table.snapshot().version()
+    result = table.commit_changes([OffsetRange("t", 0, 0, 5)], epochs, lambda plan: changes(T0))
     assert table.recorded_offsets([T0]) == {T0: 5} and rows(table) == {}
+    assert result.table_version == version + 1 and dict(result.counts) == {"inserted": 0, "updated": 0, "deleted": 0}
 
 
 def test_changes_of_other_columns_are_refused(table):
     epochs = table.claim([T0])
     wrong = changes(T0, (0, 1, "a")).rename_columns(["topic", "partition", "offset", "id", "label", DELETE])
-    with pytest.raises(SchemaIncompatible):
+    with pytest.raises(SchemaIncompatible, match="the changes' columns are not the table's") as refused:
         table.commit_changes([OffsetRange("t", 0, 0, 1)], epochs, lambda plan: wrong)
+    assert refused.value.table == table.path and "label" in refused.value.batch_schema
+    assert "name" in refused.value.table_schema
     assert table.recorded_offsets([T0]) == {T0: None}
+
+
+def test_a_key_of_several_columns_with_any_names(tmp_path):
+    schema = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                        ("Region", pa.string()), ('the "id"', pa.int64()), ("v", pa.string())])
+    table = UpsertDeltaTable(str(tmp_path / "t"), "app", schema, key=("Region", 'the "id"'))
+    epochs = table.claim([T0])
+
+    def batch(*items):
+        return pa.table({"topic": ["t"] * len(items), "partition": pa.array([0] * len(items), pa.int32()),
+                         "offset": pa.array([o for o, *_ in items], pa.int64()), "Region": [r for _, r, _, _ in items],
+                         'the "id"': pa.array([i for _, _, i, _ in items], pa.int64()),
+                         "v": [v for *_, v in items], DELETE: [v is None for *_, v in items]})
+
+    table.commit_changes([OffsetRange("t", 0, 0, 3)], epochs, lambda plan: batch((0, "eu", 1, "a"), (1, "us", 1, "b"),
+                                                                                 (2, "eu", 2, "c")))
+    table.commit_changes([OffsetRange("t", 0, 3, 5)], epochs, lambda plan: batch((3, "eu", 1, "a2"), (4, "us", 1, None)))
+    data = DeltaTable(table.path).to_pyarrow_table()
+    assert sorted(zip(data["Region"].to_pylist(), data['the "id"'].to_pylist(), data["v"].to_pylist())) == [
+        ("eu", 1, "a2"), ("eu", 2, "c")]
