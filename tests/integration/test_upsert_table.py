@@ -130,3 +130,13 @@ def test_a_key_of_several_columns_with_any_names(tmp_path):
     data = DeltaTable(table.path).to_pyarrow_table()
     assert sorted(zip(data["Region"].to_pylist(), data['the "id"'].to_pylist(), data["v"].to_pylist())) == [
         ("eu", 1, "a2"), ("eu", 2, "c")]
+
+
+def test_with_schema_is_the_same_table_with_rows_of_another_schema(tmp_path):
+    table = UpsertDeltaTable(str(tmp_path / "t"), "app", SCHEMA, key=("id",), partition_by=("topic",),
+                             storage_options={"timeout": "10s"})
+    wider = SCHEMA.append(pa.field("city", pa.string()))
+    other = table.with_schema(wider, add_columns=True)
+    assert isinstance(other, UpsertDeltaTable) and other.schema == wider and not other.add_columns
+    assert (other.path, other.app_id, other.key, other.partition_by, other.storage_options) == (
+        table.path, "app", ("id",), ["topic"], {"timeout": "10s"})
