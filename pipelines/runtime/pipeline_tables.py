@@ -216,7 +216,7 @@ def analyse_output(config: PipelineSpec, spark, fmt: RecordFormat | None = None)
     try:
         changes = pipeline_changes(config)
         if changes is not None:
-            shape = _change_shape(classified, fmt, changes)
+            shape = upsert_schema(classified, fmt, changes)
             return OutputShape(fmt, shape, arrow_schema(dead_letters(classified_changes(classified, fmt, changes), fmt)))
         if routing is not None:
             try:
@@ -245,9 +245,10 @@ def analyse_output(config: PipelineSpec, spark, fmt: RecordFormat | None = None)
     return OutputShape(fmt, schemas[0], arrow_schema(dead_letters(classified, fmt)), tuple(schemas[1:]))
 
 
-def _change_shape(classified, fmt: RecordFormat, changes: ChangeSpec) -> pa.Schema:
-    """The upsert table's schema: the change rows' columns, without the change's own; raises
-    UpsertInvalidError when the envelope, a key column or the ordering does not fit."""
+def upsert_schema(classified, fmt: RecordFormat, changes: ChangeSpec) -> pa.Schema:
+    """The schema of the upsert table ``classified`` (:func:`records.classify`'s rows, of ``fmt``)
+    changes: the change rows' columns, without the change's own; raises UpsertInvalidError when
+    the envelope, a key column or the ordering does not fit."""
     from pyspark.errors import PySparkException
 
     try:

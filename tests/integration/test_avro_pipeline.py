@@ -206,8 +206,8 @@ DEBEZIUM_KEY = {"type": "record", "name": "Key", "namespace": "shop.customers", 
 def test_debezium_avro_changes_with_avro_keys_are_merged_into_an_upsert_table(
         spark, bootstrap, registry, unique_name, tmp_path):
     from pipelines.runtime.batch_writer import BatchWriter, TableTargets
-    from pipelines.runtime.changes import ChangeSpec, change_rows, classified_changes, table_columns
-    from pipelines.runtime.pipeline_tables import arrow_schema
+    from pipelines.runtime.changes import ChangeSpec, classified_changes
+    from pipelines.runtime.pipeline_tables import arrow_schema, upsert_schema
     from pipelines.runtime.records import KAFKA_ROW_DDL, classify, dead_letters
     from sinks.txn_table import TxnDeltaTable
     from sinks.upsert_table import UpsertDeltaTable
@@ -233,11 +233,10 @@ def test_debezium_avro_changes_with_avro_keys_are_merged_into_an_upsert_table(
     fmt = RecordFormat("avro", None, 1 << 20, framed=AvroFormat(json.dumps(DEBEZIUM_VALUE), settings),
                        key_framed=AvroFormat(json.dumps(DEBEZIUM_KEY), settings))
     spec = ChangeSpec(("id",), "source.lsn", delete_on_tombstone=True, envelope="debezium")
-    classified = classified_changes(classify(spark.createDataFrame([], KAFKA_ROW_DDL), fmt), fmt, spec)
-    rows = change_rows(classified)
-    table = UpsertDeltaTable(str(tmp_path / "table"), "p",
-                             arrow_schema(rows.select(*[f"`{c}`" for c in table_columns(rows.columns)])), spec.key)
-    dead = TxnDeltaTable(str(tmp_path / "dead"), "p", arrow_schema(dead_letters(classified, fmt)))
+    classified = classify(spark.createDataFrame([], KAFKA_ROW_DDL), fmt)
+    table = UpsertDeltaTable(str(tmp_path / "table"), "p", upsert_schema(classified, fmt, spec), spec.key)
+    dead = TxnDeltaTable(str(tmp_path / "dead"), "p",
+                         arrow_schema(dead_letters(classified_changes(classified, fmt, spec), fmt)))
     tp = OffsetRange(unique_name, 0, 0, len(records))
     targets = TableTargets(table, dead, table.claim([tp.tp]), dead.claim([tp.tp]))
 

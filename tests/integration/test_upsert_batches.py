@@ -13,8 +13,8 @@ import pytest
 
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.batch_writer import BatchWriter, TableTargets
-from pipelines.runtime.changes import ChangeSpec, RowColumnClash, change_rows, classified_changes, table_columns
-from pipelines.runtime.pipeline_tables import arrow_schema
+from pipelines.runtime.changes import ChangeSpec, RowColumnClash, classified_changes
+from pipelines.runtime.pipeline_tables import arrow_schema, upsert_schema
 from pipelines.runtime.records import KAFKA_ROW_DDL, RecordFormat, classify, dead_letters
 from sinks.txn_table import FencedWriterError, TxnDeltaTable
 from sinks.upsert_table import UpsertDeltaTable
@@ -54,24 +54,24 @@ def kafka_rows(spark, records: dict[TopicPartition, list], start: dict[TopicPart
     return spark.createDataFrame(rows, KAFKA_ROW_DDL)
 
 
-def open_targets(spark, tmp_path, partitions=(TP0, TP1)) -> TableTargets:
-    classified = classified_changes(classify(spark.createDataFrame([], KAFKA_ROW_DDL), FMT), FMT, SPEC)
-    rows = change_rows(classified)
-    schema = arrow_schema(rows.select(*[f"`{c}`" for c in table_columns(rows.columns)]))
-    table = UpsertDeltaTable(str(tmp_path / "table"), "p", schema, SPEC.key)
-    dead = TxnDeltaTable(str(tmp_path / "dead"), "p", arrow_schema(dead_letters(classified, FMT)), count_by="reason")
+def open_targets(spark, tmp_path, partitions=(TP0, TP1), fmt: RecordFormat = FMT,
+                 spec: ChangeSpec = SPEC) -> TableTargets:
+    classified = classify(spark.createDataFrame([], KAFKA_ROW_DDL), fmt)
+    table = UpsertDeltaTable(str(tmp_path / "table"), "p", upsert_schema(classified, fmt, spec), spec.key)
+    dead = TxnDeltaTable(str(tmp_path / "dead"), "p",
+                         arrow_schema(dead_letters(classified_changes(classified, fmt, spec), fmt)), count_by="reason")
     return TableTargets(table, dead, table.claim(partitions), dead.claim(partitions))
 
 
 class Stream:
     """Batches written one after the other through a BatchWriter, as a query would."""
 
-    def __init__(self, spark, targets: TableTargets):
+    def __init__(self, spark, targets: TableTargets, fmt: RecordFormat = FMT, spec: ChangeSpec = SPEC):
         self.spark, self.targets, self.log, self.reports = spark, targets, Log(), []
         self.next: dict[TopicPartition, int] = {}
         self.batch_id = 0
-        self.writer = BatchWriter(FMT, None, targets, self.log, commit_kafka=lambda offsets, meta: True,
-                                  report=self.reports.append, refused=lambda batch_id, err: None, changes=SPEC)
+        self.writer = BatchWriter(fmt, None, targets, self.log, commit_kafka=lambda offsets, meta: True,
+                                  report=self.reports.append, refused=lambda batch_id, err: None, changes=spec)
 
     def write(self, records: dict[TopicPartition, list], start: dict[TopicPartition, int] | None = None,
               writer: BatchWriter | None = None) -> None:
@@ -182,21 +182,12 @@ def test_events_under_payload_as_debeziums_json_converter_with_schemas_writes_th
     fmt = RecordFormat("json", f"schema STRING, payload STRUCT<before: {ROW}, after: {ROW}, op: STRING, "
                                "source: STRUCT<lsn: BIGINT>>", 1000)
     spec = ChangeSpec(key=("id",), order_by="payload.source.lsn", envelope="debezium")
-    classified = classified_changes(classify(spark.createDataFrame([], KAFKA_ROW_DDL), fmt), fmt, spec)
-    rows = change_rows(classified)
-    table = UpsertDeltaTable(str(tmp_path / "table"), "p",
-                             arrow_schema(rows.select(*[f"`{c}`" for c in table_columns(rows.columns)])), spec.key)
-    dead = TxnDeltaTable(str(tmp_path / "dead"), "p", arrow_schema(dead_letters(classified, fmt)))
-    targets = TableTargets(table, dead, table.claim([TP0]), dead.claim([TP0]))
-    log = Log()
-    log.planned[0] = (OffsetRange("cdc", 0, 0, 3),)
-    writer = BatchWriter(fmt, None, targets, log, commit_kafka=lambda offsets, meta: True,
-                         report=lambda report: None, refused=lambda batch_id, err: None, changes=spec)
+    targets = open_targets(spark, tmp_path, [TP0], fmt, spec)
     wrapped = [(key, json.dumps({"schema": "...", "payload": json.loads(value)}).encode())
                for key, value in (event("c", 1, "a", 1), event("c", 2, "b", 2), event("d", 1, None, 3))]
-    writer(kafka_rows(spark, {TP0: wrapped}, {}), 0)
-    assert table_rows(spark, table) == {2: "b"}
-    assert [f.name for f in table.snapshot().schema().fields][-2:] == ["id", "name"]
+    Stream(spark, targets, fmt, spec).write({TP0: wrapped})
+    assert table_rows(spark, targets.table) == {2: "b"}
+    assert [f.name for f in targets.table.snapshot().schema().fields][-2:] == ["id", "name"]
 
 
 def test_a_row_field_named_like_a_record_column_is_refused(spark):
@@ -210,19 +201,10 @@ def test_a_row_field_named_like_a_record_column_is_refused(spark):
 def test_raw_records_keyed_by_their_kafka_key_mirror_a_compacted_topic(spark, tmp_path):
     fmt = RecordFormat("raw", None, 1000)
     spec = ChangeSpec(key=("key",), delete_on_tombstone=True)
-    classified = classified_changes(classify(spark.createDataFrame([], KAFKA_ROW_DDL), fmt), fmt, spec)
-    rows = change_rows(classified)
-    table = UpsertDeltaTable(str(tmp_path / "table"), "p",
-                             arrow_schema(rows.select(*[f"`{c}`" for c in table_columns(rows.columns)])), spec.key)
-    dead = TxnDeltaTable(str(tmp_path / "dead"), "p", arrow_schema(dead_letters(classified, fmt)))
-    targets = TableTargets(table, dead, table.claim([TP0]), dead.claim([TP0]))
-    log = Log()
-    log.planned[0] = (OffsetRange("cdc", 0, 0, 5),)
-    writer = BatchWriter(fmt, None, targets, log, commit_kafka=lambda offsets, meta: True,
-                         report=lambda report: None, refused=lambda batch_id, err: None, changes=spec)
+    targets = open_targets(spark, tmp_path, [TP0], fmt, spec)
     records = [(b"a", b"1"), (b"b", b"2"), (b"a", b"3"), (b"b", None), (None, b"keyless")]
-    writer(kafka_rows(spark, {TP0: records}, {}), 0)
-    got = spark.read.format("delta").load(table.path).collect()
+    Stream(spark, targets, fmt, spec).write({TP0: records})
+    got = spark.read.format("delta").load(targets.table.path).collect()
     assert [(r.key, bytes(r.value)) for r in got] == [("a", b"3")]
-    reasons = [r.reason for r in spark.read.format("delta").load(dead.path).collect()]
+    reasons = [r.reason for r in spark.read.format("delta").load(targets.dead_table.path).collect()]
     assert reasons == ["missing_key"]
