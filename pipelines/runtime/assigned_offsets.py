@@ -163,7 +163,7 @@ def prorate(begin: Mapping[TopicPartition, int], end: Mapping[TopicPartition, in
     return capped
 
 
-RECORDS_PER_TASK = 100_000  # a batch gets at least one task per this many records
+RECORDS_PER_TASK = 250_000  # a batch gets at least one task per this many records
 
 
 def task_groups(ranges: Sequence[OffsetRange], slots: int,
@@ -171,18 +171,21 @@ def task_groups(ranges: Sequence[OffsetRange], slots: int,
     """The batch's non-empty ``ranges`` grouped into Spark tasks, each range read whole by one
     task (as Spark's Kafka source, which never splits a partition's range by default).
 
-    As many tasks as ``slots`` (the cores the application runs tasks on), more for a large
-    batch (one per ``records_per_task`` records), never more than one per range. Each task of a
-    Python data source costs a fixed start (worker, reader, Arrow stream; about 85 ms on an idle
-    core), so a small batch over many partitions, e.g. a partition's first batch in its new
-    owner, runs in one task per core instead of one per partition; each task writes its own
-    files, so such a batch also adds fewer small files to the table. Ranges go to the task with
-    the fewest records so far, largest first; the result is sorted and deterministic."""
+    Tasks come in whole waves: as many as ``slots`` (the cores the application runs tasks on),
+    or a multiple of it for a large batch (a wave more per ``records_per_task`` records per
+    slot), never more than one per range. A wave that fills only some cores leaves the others
+    idle while its tasks run, and each task of a Python data source costs a fixed start (worker,
+    reader, Arrow stream; about 85 ms on an idle core), so a small batch over many partitions,
+    e.g. a partition's first batch in its new owner, runs in one task per core instead of one
+    per partition; each task writes its own files, so such a batch also adds fewer small files
+    to the table. Ranges go to the task with the fewest records so far, largest first; the
+    result is sorted and deterministic."""
     ranges = sorted((r for r in ranges if r.count > 0), key=lambda r: (-r.count, r.topic, r.partition))
     if not ranges:
         return []
     records = sum(r.count for r in ranges)
-    count = min(len(ranges), max(1, slots, math.ceil(records / records_per_task)))
+    slots = max(1, slots)
+    count = min(len(ranges), slots * max(1, math.ceil(records / (records_per_task * slots))))
     groups: list[list[OffsetRange]] = [[] for _ in range(count)]
     sizes = [0] * count
     for rng in ranges:

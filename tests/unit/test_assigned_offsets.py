@@ -120,8 +120,18 @@ def test_each_range_is_read_whole_by_exactly_one_task_and_empty_ranges_by_none()
 
 def test_a_large_batch_gets_a_task_per_records_per_task_up_to_one_per_range():
     assert len(task_groups([r(p, 60) for p in range(8)], slots=1, records_per_task=100)) == 5
+    assert len(task_groups([r(p, 60) for p in range(8)], slots=1)) == 1
     assert len(task_groups([r(p, 1000) for p in range(3)], slots=1, records_per_task=100)) == 3
     assert len(task_groups([r(p, 10) for p in range(3)], slots=16)) == 3
+
+
+def test_tasks_come_in_whole_waves_of_slots():
+    twelve = [r(p, 100) for p in range(12)]
+    assert len(task_groups(twelve, slots=2, records_per_task=250)) == 6  # not 5: a last wave on one core of two
+    assert len(task_groups(twelve, slots=2, records_per_task=600)) == 2
+    assert len(task_groups(twelve, slots=2, records_per_task=599)) == 4
+    assert len(task_groups(twelve, slots=5, records_per_task=100)) == 12  # 15 waved, one per range at most
+    assert len(task_groups(twelve, slots=0)) == 1
 
 
 def test_a_partition_with_most_of_the_batch_gets_a_task_of_its_own():
