@@ -1,15 +1,21 @@
-"""Warm-up benchmark (not a test): how long a fresh `scg run` member takes from "starting query"
-to its first committed batch, with the runner's warm-up (the spark-kafka reader mode's warm-up, the default) and
-without it (patched out in the member process), alternating in the same run against one local
-broker. Also reported: the time from process start to "starting query" (the warm-up runs before
-the member joins, so it delays that).
+"""Warm-up benchmark (not a test): how long a fresh `scg run` member joining an empty group takes
+from process start to its first committed batch, with and without a warm-up before it joins,
+alternating in the same run against one local broker.
 
-Each rep uses a new topic (4 partitions, ``--records`` JSON records already produced) and a new
-member on ``local[2]``; the member is SIGKILLed after its first batch line.
+* ``--reader spark-kafka``: the reader mode's warm-up (a query over one record, the default)
+  against none (patched out in the member process);
+* ``--reader scg-kafka``: no rehearsal (the default for a group nobody else reads) against one
+  rehearsed batch in the member's own query (patched in).
 
-    .venv/bin/python bench/bench_warm_up.py [--reps 3] [--records 2000]
+Also reported: process start to the member's query start or claim ("starting query" / "reading
+from the next batch": a warm-up runs before the member joins, so it delays that), and from there
+to the first batch line. Each rep uses a new topic (4 partitions, ``--records`` JSON records
+already produced) and a new member on ``local[2]``; the member is SIGKILLed after its first
+batch line.
 
-Writes bench/results/warm_up.json and bench/results/warm_up.md.
+    .venv/bin/python bench/bench_warm_up.py [--reader spark-kafka] [--reps 3] [--records 2000]
+
+Writes bench/results/warm_up.{json,md} (spark-kafka) or warm_up-scg-kafka.{json,md}.
 """
 from __future__ import annotations
 
@@ -35,6 +41,12 @@ from tests.support.kafka_data import create_topic, write_pipeline  # noqa: E402
 
 PATCH_OUT = ("from pipelines.runtime.reader_modes import RestartingQuery; "
              "RestartingQuery.warm_up = lambda self, stop: None; ")
+PATCH_IN = ("from pipelines.runtime import warm_up, warm_up_rounds; original = warm_up.warm_up_rounds; "
+            "warm_up.warm_up_rounds = lambda ctx, sleep: (lambda r: r if r[0] is not None else "
+            "(warm_up_rounds.WarmUpRounds(max_batches=1), r[1] + ': one batch all the same'))(original(ctx, sleep)); ")
+MODES = {"spark-kafka": {"on": "", "off": PATCH_OUT}, "scg-kafka": {"on": PATCH_IN, "off": ""}}
+MODE_NAMES = {"spark-kafka": ("warm-up off", "warm-up on (default)"),
+              "scg-kafka": ("no rehearsal (default)", "one rehearsed batch")}
 MEMBER_TIMEOUT_S = 300
 
 
@@ -45,14 +57,21 @@ def say(text: str, began: float) -> None:
 def produce(bootstrap: str, topic: str, count: int) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i in range(count):
-        producer.produce(topic, value=json.dumps({"id": i, "name": f"n{i}"}).encode(), partition=i % 4)
-    producer.flush(60)
+        while True:
+            try:
+                producer.produce(topic, value=json.dumps({"id": i, "name": f"n{i}"}).encode(), partition=i % 4)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.05)
+    if producer.flush(120):
+        raise SystemExit(f"producing to {topic}: records left undelivered")
 
 
-def one_member(path: Path, warm_up: bool) -> dict:
-    """Run a member until its first batch line; the seconds to "starting query" and from there to
-    the batch line, and the batch's own duration as the member reports it."""
-    code = ("" if warm_up else PATCH_OUT) + \
+def one_member(path: Path, patch: str) -> dict:
+    """Run a member (``patch``: Python run before the CLI) until its first batch line; the seconds
+    to its query start or claim, from there to the batch line, from process start to it, and the
+    batch's own duration as the member reports it."""
+    code = patch + \
         f"import sys; from pipelines.cli.main import main; sys.exit(main(['run', {str(path)!r}]))"
     proc = subprocess.Popen([sys.executable, "-u", "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -61,12 +80,13 @@ def one_member(path: Path, warm_up: bool) -> dict:
     try:
         for line in proc.stdout:
             now = time.monotonic() - began
-            if "starting query" in line and "start" not in marks:
+            if ("starting query" in line or "reading from the next batch" in line) and "start" not in marks:
                 marks["start"] = now
-            found = re.search(r"\] batch 0: .* in ([\d.]+)s", line)
+            found = re.search(r"\] batch \d+: [1-9][\d,]* records .* in ([\d.]+)s", line)
             if found:
                 return {"to_query_start_s": round(marks["start"], 2),
                         "query_start_to_first_batch_s": round(now - marks["start"], 2),
+                        "to_first_batch_s": round(now, 2),
                         "first_batch_reported_s": float(found.group(1))}
             if time.monotonic() > deadline:
                 break
@@ -80,6 +100,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--records", type=int, default=2000)
+    parser.add_argument("--reader", choices=sorted(MODES), default="spark-kafka")
     args = parser.parse_args()
     began = time.monotonic()
     base = Path(tempfile.mkdtemp(prefix="scg-bench-warm-up-"))
@@ -90,17 +111,18 @@ def main() -> None:
         say(f"broker at {bootstrap}", began)
         for rep in range(args.reps):
             for mode in ("off", "on"):
-                topic = f"warm-up-{mode}-{rep}"
+                topic = f"warm-up-{args.reader}-{mode}-{rep}"
                 create_topic(bootstrap, topic, 4)
                 produce(bootstrap, topic, args.records)
                 path = write_pipeline(base / f"{topic}.yaml", bootstrap, topic, topic, base / topic,
                                       extra='format: {type: json, schema: "id BIGINT, name STRING"}\n'
-                                            'spark: {spark.master: "local[2]"}\n', reader="spark-kafka")
-                runs[mode].append(one_member(path, warm_up=mode == "on"))
+                                            'spark: {spark.master: "local[2]"}\n', reader=args.reader,
+                                      warm_up_limit=None)
+                runs[mode].append(one_member(path, MODES[args.reader][mode]))
                 say(f"rep {rep + 1}/{args.reps} warm-up {mode}: {runs[mode][-1]}", began)
     finally:
         kafka.stop()
-    results = {"reps": args.reps, "records": args.records, "load_average_end": os.getloadavg()[0],
+    results = {"reader": args.reader, "reps": args.reps, "records": args.records, "load_average_end": os.getloadavg()[0],
                "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                         text=True).stdout.strip(),
                "runs": runs,
@@ -112,17 +134,24 @@ def main() -> None:
 def _save(results: dict) -> None:
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "warm_up.json").write_text(json.dumps(results, indent=2) + "\n")
+    reader = results["reader"]
+    name = "warm_up" if reader == "spark-kafka" else f"warm_up-{reader}"
+    (out / f"{name}.json").write_text(json.dumps(results, indent=2) + "\n")
     on, off = results["median"]["on"], results["median"]["off"]
-    rows = [("process start → starting query (s)", "to_query_start_s"),
-            ("starting query → first batch line (s)", "query_start_to_first_batch_s"),
+    rows = [("process start → query start or claim (s)", "to_query_start_s"),
+            ("query start or claim → first batch line (s)", "query_start_to_first_batch_s"),
+            ("process start → first batch line (s)", "to_first_batch_s"),
             ("first batch as reported by the member (s)", "first_batch_reported_s")]
-    lines = ["# Warm-up benchmark: a fresh member's first batch with and without the warm-up", "",
-             f"One broker, one member at a time on `local[2]`, {results['records']} JSON records in 4 partitions "
-             f"waiting; {results['reps']} reps per mode, alternating; medians; commit {results['commit']}.", "",
-             "| | warm-up off | warm-up on (default) | on / off |", "|---|---:|---:|---:|"]
-    lines += [f"| {label} | {off[key]:.2f} | {on[key]:.2f} | {on[key] / off[key]:.2f} |" for label, key in rows]
-    (out / "warm_up.md").write_text("\n".join(lines) + "\n")
+    off_name, on_name = MODE_NAMES[reader]
+    lines = [f"# Warm-up benchmark ({reader}): a fresh member's first batch with and without a warm-up", "",
+             f"One broker, one member at a time joining an empty group on `local[2]`, {results['records']} JSON "
+             f"records in 4 partitions waiting; {results['reps']} reps per mode, alternating; medians; commit "
+             f"{results['commit']}. Command: `.venv/bin/python bench/bench_warm_up.py --reader {reader} "
+             f"--reps {results['reps']} --records {results['records']}`.", "",
+             f"| | {off_name} | {on_name} | ratio |", "|---|---:|---:|---:|"]
+    lines += [f"| {label} | {off[key]:.2f} | {on[key]:.2f} | {on[key] / off[key]:.2f} |" for label, key in rows
+              if key in off and key in on]
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

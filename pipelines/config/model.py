@@ -357,7 +357,7 @@ class SourceConfig:
     warm_up_limit_ms: int = field(default=DEFAULT_WARM_UP_LIMIT_MS, metadata=key_doc(
         "warm_up_limit", DURATION + " (0s allowed)", "0s", "behaviour",
         "`scg-kafka` only. The longest a member rehearses batches before it joins a group that others "
-        "read. `0s`: one batch."))
+        "read (a member whose partitions nobody else reads joins at once). `0s`: one batch."))
 
     def spark_options(self) -> dict[str, str]:
         """Rate-limit and header options for Spark's Kafka source (not startingOffsets: the

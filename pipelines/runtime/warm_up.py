@@ -8,8 +8,9 @@ the query's to report when it meets it for real.
   to read, one made-up record through the batch path;
 * reader ``scg-kafka`` (:class:`InQueryWarmUp`): the member's own query (started over no
   partition) rehearses batches over that record, for as many batches as :func:`warm_up_rounds`
-  says — one when somebody waits for this member (:func:`who_waits`), else until its batches stop
-  getting faster within ``source.warm_up_limit``.
+  says — none when nobody else reads the partitions it would take, one when others read them but
+  somebody waits for this member (:func:`who_waits`), else until its batches stop getting faster
+  within ``source.warm_up_limit``.
 """
 from __future__ import annotations
 
@@ -80,53 +81,71 @@ class WarmUpContext:
         self.note(f"batch path warmed up in {self.clock() - started:.1f}s ({how}; nothing written)")
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """Who waits for this member to join: ``why`` (None: nobody, the others read on), how many
+    ``members`` its group has, and whether the partitions it would take are ``unread`` meanwhile
+    (nobody else reads them)."""
+
+    why: str | None
+    members: int
+    unread: bool = False
+
+
 def who_waits(ctx: WarmUpContext, sleep: Callable[[float], object] = time.sleep,
-              patience_s: float = GROUP_PATIENCE_S) -> tuple[str | None, int]:
-    """Why this member should join now rather than rehearse on (None: nobody waits for it),
-    and how many members its group has. Someone waits when nobody else reads the partitions
-    it would take: a group with no member (or that the brokers did not describe), or one
-    where this member's ``group.instance.id`` is still a member (a static member restarting
-    within its session timeout: its partitions wait for it); and when the group is more
-    records behind than its members read in one batch each (``max_offsets_per_trigger``),
-    or its backlog is unknown (no committed offset yet: members started together over the
-    logs share them at once). Also after ``source.warm_up_limit: 0s``, or a check that
+              patience_s: float = GROUP_PATIENCE_S) -> Waiting:
+    """Whether this member should join now rather than rehearse on. Someone waits when nobody
+    else reads the partitions it would take (``unread``): a group with no member, or one where
+    this member's ``group.instance.id`` is still a member (a static member restarting within its
+    session timeout: its partitions wait for it); and when the group is more records behind than
+    its members read in one batch each (``max_offsets_per_trigger``), or its backlog is unknown
+    (no committed offset yet: members started together over the logs share them at once). Also
+    after ``source.warm_up_limit: 0s``, a group the brokers did not describe, or a check that
     failed. ``sleep``/``patience_s``: how the describe waits out a loading coordinator."""
     config, group = ctx.config, ctx.config.group
     if config.source.warm_up_limit_ms == 0:
-        return "source.warm_up_limit is 0s", 0
+        return Waiting("source.warm_up_limit is 0s", 0)
     try:
         members = ctx.probe.group_members(group.id, patience_s=patience_s, sleep=sleep)
         if members is None:
-            return "the brokers did not describe the group", 0
+            return Waiting("the brokers did not describe the group", 0)
         if not members:
-            return "the group has no member", 0
+            return Waiting("the group has no member", 0, unread=True)
         if group.instance_id is not None and group.instance_id in members:
-            return f"this member's instance id {group.instance_id!r} still holds its partitions", len(members)
+            return Waiting(f"this member's instance id {group.instance_id!r} still holds its partitions", len(members),
+                           unread=True)
         offsets = ctx.group_offsets(ctx.probe.timeout_s)
         wanted = set(subscribed_topics(tuple(config.topics), config.topic_pattern or None,
                                        {tp.topic for tp in offsets}))  # a pattern: the topics it matches
         committed = {tp: c.offset for tp, c in offsets.items() if tp.topic in wanted}
         if not committed:
-            return "the group's backlog is unknown (no committed offset yet)", len(members)
+            return Waiting("the group's backlog is unknown (no committed offset yet)", len(members))
         backlog = ctx.probe.backlog(committed)
         per_round = len(members) * config.source.max_offsets_per_trigger
         if backlog > per_round:
-            return (f"the group is {backlog:,} records behind, more than its {len(members)} member(s) "
-                    f"read in a batch each ({per_round:,})"), len(members)
-        return None, len(members)
+            return Waiting(f"the group is {backlog:,} records behind, more than its {len(members)} member(s) "
+                           f"read in a batch each ({per_round:,})", len(members))
+        return Waiting(None, len(members))
     except Exception as exc:  # noqa: BLE001 - advisory: joining at once is always safe
         log.debug("checking group %s before joining: %r", group.id, exc)
-        return f"the group could not be checked ({type(exc).__name__})", 0
+        return Waiting(f"the group could not be checked ({type(exc).__name__})", 0)
 
 
-def warm_up_rounds(ctx: WarmUpContext, sleep: Callable[[float], object] = time.sleep) -> tuple[WarmUpRounds, str]:
-    """How long to rehearse, and why: one batch when someone waits for this member
-    (:func:`who_waits`); otherwise only its own join waits, and it rehearses until its batches
-    stop getting faster, the batches starting within ``source.warm_up_limit`` after the first ended."""
+def warm_up_rounds(ctx: WarmUpContext,
+                   sleep: Callable[[float], object] = time.sleep) -> tuple[WarmUpRounds | None, str]:
+    """How long to rehearse, and why (:func:`who_waits`). None when nobody else reads the
+    partitions this member would take: they wait for it either way, and a rehearsed batch
+    costs what it saves the first real one (a fresh driver's first use of the batch path).
+    One batch when others read them but someone waits for this member. Otherwise only its
+    own join waits, and it rehearses until its batches stop getting faster, the batches
+    starting within ``source.warm_up_limit`` after the first ended."""
     trigger_s = (ctx.config.trigger.processing_time_ms or 0) / 1000
-    waiting, members = who_waits(ctx, sleep)
-    if waiting is not None:
-        return WarmUpRounds(trigger_s=trigger_s, max_batches=1), f"{waiting}: one batch"
+    waiting = who_waits(ctx, sleep)
+    if waiting.unread:
+        return None, f"{waiting.why}: nobody reads its partitions meanwhile"
+    if waiting.why is not None:
+        return WarmUpRounds(trigger_s=trigger_s, max_batches=1), f"{waiting.why}: one batch"
+    members = waiting.members
     limit_s = ctx.config.source.warm_up_limit_ms / 1000
     return (WarmUpRounds(trigger_s=trigger_s, max_seconds=limit_s),
             f"the group's {members} member(s) read its partitions meanwhile: until the batches stop "
@@ -201,16 +220,19 @@ class InQueryWarmUp:
     def run(self, stop: threading.Event) -> None:
         ctx, writer = self.ctx, self.query.writer
         started = ctx.clock()
+        rounds, why = warm_up_rounds(ctx, stop.wait)
+        if rounds is None:
+            ctx.note(f"joining without a rehearsal ({why})")
+            self._query_ready(started)
+            return
         record = ctx.last_record()
         if record is None or writer is None:
             if ctx.made_up():
                 ctx.warmed_up(started, "")
-            if queries.wait_until_planned(self.query.query, WARM_UP_QUERY_S):
-                ctx.note(f"query ready in {ctx.clock() - started:.1f}s (its first trigger planned)")
+            self._query_ready(started)
             return
         tp, first_offset = record
         rehearsed: queue.SimpleQueue[tuple[float, bool]] = queue.SimpleQueue()
-        rounds, why = warm_up_rounds(ctx, stop.wait)
         ctx.note(f"warming the batch path up before joining ({why}): rehearsing batches over "
                  f"{tp.topic}-{tp.partition} (nothing written)")
         writer.rehearse(self._rehearsal(rehearsed))
@@ -223,7 +245,7 @@ class InQueryWarmUp:
                     break
                 rounds.add(outcome[0], ctx.clock())
                 if rounds.more(ctx.clock()):
-                    waiting = who_waits(ctx, stop.wait, patience_s=0.0)[0]
+                    waiting = who_waits(ctx, stop.wait, patience_s=0.0).why
                     if waiting is not None:  # e.g. a crashed member's session ended: the group is empty now
                         ctx.note(f"joining after {len(rounds.durations)} rehearsed batches: {waiting}")
                         break
@@ -235,6 +257,11 @@ class InQueryWarmUp:
         if rounds.durations:
             ctx.warmed_up(started, f"{tp.topic}-{tp.partition}@{first_offset}", f" in the member's query, "
                                                                              f"{rounds.summary()}")
+
+    def _query_ready(self, started: float) -> None:
+        """Wait until the query has planned its first trigger (at most :data:`WARM_UP_QUERY_S`)."""
+        if queries.wait_until_planned(self.query.query, WARM_UP_QUERY_S):
+            self.ctx.note(f"query ready in {self.ctx.clock() - started:.1f}s (its first trigger planned)")
 
     def _rehearsal(self, rehearsed: queue.SimpleQueue):
         ctx, targets = self.ctx, self.ctx.empty_targets()

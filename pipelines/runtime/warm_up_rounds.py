@@ -10,9 +10,10 @@ took 0.43 s. The batches get faster slowly and unevenly (one in three is slower 
 before), so an ``scg-kafka`` member that joins a group whose partitions others read rehearses
 batches in its own query before it joins (nothing is written) until a window of them is no
 faster than the window before, or up to a time limit (``source.warm_up_limit``): the time this
-costs delays only its own join, never the group. When someone would wait for it (an empty
-group, its own static instance still in the group, a backlog to share), it rehearses one batch
-(``PipelineRunner._who_waits``, asked again after each batch).
+costs delays only its own join, never the group. When nobody else reads the partitions it
+would take (an empty group, its own static instance still in the group) it rehearses none; when
+others read them but someone waits for it (a backlog to share), one batch (``warm_up.who_waits``,
+asked again after each batch).
 
 :class:`WarmUpRounds` decides, from the durations of the rehearsed batches, whether to run another.
 Not thread safe: one per warm-up, on the runner's main thread.

@@ -68,8 +68,10 @@ def test_partitions_move_between_following_queries_without_a_restart(bootstrap, 
         assert first.runner.reader.query.id == query_id  # the same query read before and after
         for member in (first, second):
             assert sum("query started over reader" in line for line in member.lines) == 1, member.lines
-            assert any("warmed up" in line and "through reader scg-kafka" in line for line in member.lines), member.lines
             assert not any("starting query" in line for line in member.lines), member.lines
+        # the first joined an empty group at once; the second rehearsed while the first read on
+        assert any("joining without a rehearsal (the group has no member" in line for line in first.lines), first.lines
+        assert any("warmed up" in line and "through reader scg-kafka" in line for line in second.lines), second.lines
         assert any("revoked 2 partition(s); the query reads them no more" in line for line in first.lines), first.lines
     finally:
         for member in (second, first):
@@ -125,12 +127,13 @@ class GroupConsumer:
 
 def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap, spark, tmp_path, unique_name):
     """Before joining, the scg-kafka member's own query reads the last record of partition 0 under
-    a claim of its own and hands the batches to the batch path without writing them: one batch
-    while its group has no member; while another member is in the group, claimed again after each
-    one until they stop getting faster or ``source.warm_up_limit`` is reached, while its committed
-    offsets are caught up; more than a batch behind: one batch, to share them. No data file, no
-    table version, no Kafka commit; the claim is dropped and the same query goes on. Its later
-    claim of that partition reads every record from the start, exactly once."""
+    a claim of its own and hands the batches to the batch path without writing them: none while
+    its group has no member (it joins at once); while another member is in the group, claimed
+    again after each one until they stop getting faster or ``source.warm_up_limit`` is reached,
+    while its committed offsets are caught up; more than a batch behind: one batch, to share
+    them. No data file, no table version, no Kafka commit; the claim is dropped and the same
+    query goes on. Its later claim of that partition reads every record from the start, exactly
+    once."""
     create_topic(bootstrap, unique_name, 2)
     produced = produce(bootstrap, unique_name, json_events(40))
     path = write_pipeline(tmp_path / "p.yaml", bootstrap, unique_name, unique_name, tmp_path, reader="scg-kafka",
@@ -156,26 +159,26 @@ def test_the_warm_up_runs_in_the_member_s_own_query_and_leaves_nothing(bootstrap
         runner.reader.begin()          # run() starts the query over no partition before the warm-up
         query_id = runner.reader.query.id
         runner.reader.warm_up(threading.Event())     # the group has no member (the static member never joins it)
-        assert any(f"(the group has no member: one batch): rehearsing batches over {unique_name}-0" in line
-                   for line in lines), lines
-        assert len(warmed_lines()) == 1 and "query, 1 batch," in warmed_lines()[0], lines
-        assert f"read {unique_name}-0@" in warmed_lines()[0] and "in the member's query" in warmed_lines()[0]
+        assert any("joining without a rehearsal (the group has no member: nobody reads its partitions meanwhile)"
+                   in line for line in lines), lines
+        assert warmed_lines() == [] and runner.reader.claims == {}, lines
         with GroupConsumer(bootstrap, config.group.id, unique_name) as consumer:  # another member reads
             consumer.commit(log_end_offsets(produced))                           # ... and is caught up
             runner.reader.warm_up(threading.Event())
             assert any("the group's 1 member(s) read its partitions meanwhile" in line and "within 4s)" in line
                        for line in lines), lines
-            rehearsed = int(re.search(r"query, (\d+) batch", warmed_lines()[1]).group(1))
+            assert f"read {unique_name}-0@" in warmed_lines()[0] and "in the member's query" in warmed_lines()[0]
+            rehearsed = int(re.search(r"query, (\d+) batch", warmed_lines()[0]).group(1))
             assert rehearsed >= 2, warmed_lines()  # claimed again after the first (its trigger is well within 4 s)
             consumer.commit({p: 0 for p in partitions})  # 40 records behind, more than one batch reads (10)
             runner.reader.warm_up(threading.Event())
             assert any("the group is 40 records behind, more than its 1 member(s) read in a batch each (10): "
                        "one batch" in line for line in lines), lines
-            assert "query, 1 batch," in warmed_lines()[2], warmed_lines()
+            assert "query, 1 batch," in warmed_lines()[1], warmed_lines()
         stopping = threading.Event()
         stopping.set()                 # a member stopped while warming up rehearses no further batch
         runner.reader.warm_up(stopping)
-        assert len(warmed_lines()) == 3
+        assert len(warmed_lines()) == 2
         assert {t: sorted(p.relative_to(t) for p in t.rglob("*")) for t in tables} == before
         assert members[0].commits == [] and runner.reader.claims == {}
         assert runner.reader.query.isActive and runner.reader.query.id == query_id
