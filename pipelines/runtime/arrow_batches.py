@@ -3,8 +3,9 @@ Arrow pass per task on the executors: no record enters the JVM.
 
 Spark still plans the batch (the ``scg-kafka`` source writes its offsets to the checkpoint), and
 schedules and retries its tasks; but the batch's DataFrame is never computed. Instead the batch's
-planned ranges are grouped into tasks as the source groups them
-(:func:`~pipelines.runtime.assigned_offsets.task_groups`), and one Spark job of that many tasks
+planned ranges are grouped into tasks in whole waves over the application's cores
+(:func:`~pipelines.runtime.assigned_offsets.task_groups`, up to :data:`RECORDS_PER_TASK` records
+per task and core a wave), and one Spark job of that many tasks
 (``spark.range(n).mapInArrow``) runs :func:`write_ranges` in each: read each range with
 confluent-kafka (:func:`~pipelines.runtime.kafka_range_reader.read_range`), split every block
 into output rows and dead letters (:class:`~pipelines.runtime.arrow_records.BlockDecoder`) and
@@ -19,9 +20,7 @@ plan that changed before its commit) reads the batch through Spark SQL
 """
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -32,9 +31,12 @@ from pipelines.runtime.arrow_records import BlockDecoder, FramedBlockDecoder, ar
 from pipelines.runtime.assigned_offsets import task_groups
 from pipelines.runtime.batch_writer import (BatchRows, DeadLetterDecisions, PlannedWrite, SparkBatch,
                                            write_both_tables)
-from pipelines.runtime.kafka_range_reader import read_range
+from pipelines.runtime.kafka_range_reader import cyclic_gc_paused, read_range
 from pipelines.runtime.records import DEAD_LETTER, OUTPUT, RecordFormat
 from sinks.data_files import METADATA_DDL, WrittenFiles
+
+
+RECORDS_PER_TASK = 250_000  # a task holds one block whatever its ranges hold: fewer, longer tasks
 
 
 @dataclass(frozen=True)
@@ -53,29 +55,12 @@ def write_ranges(tasks: RangesTasks, batches: Iterator[pa.RecordBatch]) -> Itera
     """One Spark task (an executor's Python worker): for each group number it is given (the
     ``id`` of ``spark.range``), read that group's ranges, write both tables' files, and yield
     their metadata named by table. Python's cyclic garbage collector is paused meanwhile
-    (:func:`cyclic_gc_paused`)."""
+    (:func:`~pipelines.runtime.kafka_range_reader.cyclic_gc_paused`)."""
     decoder = block_decoder(tasks.fmt)
     with cyclic_gc_paused():
         for batch in batches:
             for number in batch.column(0).to_pylist():
                 yield from _write_group(tasks, decoder, tasks.groups[number])
-
-
-@contextlib.contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while the block runs (and restore it after, as it
-    was). Reading a block creates tens of thousands of tracked objects (messages, timestamp
-    pairs, decoded values) that live until the block becomes Arrow columns: each pass of the
-    collector over them finds nothing to free, reference counting frees them all, and the passes
-    cost about a third of a task's CPU (a task's 250,000 records of 200 B: 3.5 instead of
-    5.3 µs of CPU per record). Garbage in a reference cycle is collected once it runs again."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def block_decoder(fmt: RecordFormat) -> BlockDecoder | FramedBlockDecoder:
@@ -111,7 +96,7 @@ class ArrowKafkaBatch:
     one_pass: bool = True
 
     def write_both(self, dead: PlannedWrite, output: PlannedWrite) -> tuple[WrittenFiles, WrittenFiles]:
-        groups = tuple(task_groups(self.ranges, self.task_slots))
+        groups = tuple(task_groups(self.ranges, self.task_slots, RECORDS_PER_TASK))
         if not groups:
             return WrittenFiles((), 0), WrittenFiles((), 0)
         tasks = RangesTasks(self.client_config, self.fmt, groups, dead, output)

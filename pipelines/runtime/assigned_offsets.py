@@ -163,7 +163,7 @@ def prorate(begin: Mapping[TopicPartition, int], end: Mapping[TopicPartition, in
     return capped
 
 
-RECORDS_PER_TASK = 250_000  # a batch gets at least one task per this many records
+RECORDS_PER_TASK = 100_000  # records a task of the scg-kafka source hands the JVM (two passes cache them)
 
 
 def task_groups(ranges: Sequence[OffsetRange], slots: int,
@@ -173,7 +173,8 @@ def task_groups(ranges: Sequence[OffsetRange], slots: int,
 
     Tasks come in whole waves: as many as ``slots`` (the cores the application runs tasks on),
     or a multiple of it for a large batch (a wave more per ``records_per_task`` records per
-    slot), never more than one per range. A wave that fills only some cores leaves the others
+    slot: the default bounds the rows one task of the source hands the JVM, which the two-pass
+    path caches), never more than one per range. A wave that fills only some cores leaves the others
     idle while its tasks run, and each task of a Python data source costs a fixed start (worker,
     reader, Arrow stream; about 85 ms on an idle core), so a small batch over many partitions,
     e.g. a partition's first batch in its new owner, runs in one task per core instead of one

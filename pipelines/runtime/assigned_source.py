@@ -41,7 +41,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.assigned_offsets import (INITIAL, Assignment, RateLimits, SourceOffset, batch_ranges,
                                                 delay_batch, plan_next, task_groups)
-from pipelines.runtime.kafka_range_reader import KafkaDataLoss, LogEndsUnavailable, read_range
+from pipelines.runtime.kafka_range_reader import KafkaDataLoss, LogEndsUnavailable, cyclic_gc_paused, read_range
 from pipelines.runtime.records import kafka_row_ddl
 
 SOURCE_NAME = "scg-kafka"
@@ -276,8 +276,9 @@ class AssignedKafkaReader(DataSourceStreamReader):
 
     # -- reading (executors) ----------------------------------------------------------------------
     def read(self, partition: RangesPartition):
-        for rng in partition.ranges:
-            yield from read_range(self.client_config, rng, headers=self.headers)
+        with cyclic_gc_paused():
+            for rng in partition.ranges:
+                yield from read_range(self.client_config, rng, headers=self.headers)
 
     # -- internals --------------------------------------------------------------------------------
     def _log_ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:

@@ -1,9 +1,9 @@
-"""arrow_batches.cyclic_gc_paused: the collector is off inside the block and as it was after."""
+"""kafka_range_reader.cyclic_gc_paused: the collector is off inside the block and as it was after."""
 import gc
 
 import pytest
 
-from pipelines.runtime.arrow_batches import cyclic_gc_paused
+from pipelines.runtime.kafka_range_reader import cyclic_gc_paused
 
 
 @pytest.fixture(autouse=True)
