@@ -277,6 +277,8 @@ def main() -> None:
     bootstrap = kafka.start().bootstrap_servers
     results: dict = {"partitions": PARTITIONS, "max_offsets_per_trigger": MAX_OFFSETS, "reps": args.reps,
                      "scale": args.scale, "cpu_count": os.cpu_count(), "load_average_start": os.getloadavg(),
+                     "command": " ".join([".venv/bin/python", "bench/bench_e2e.py",
+                                          *_without_out(sys.argv[1:])]),
                      "datasets": {}}
     out = Path(args.out)
     try:
@@ -314,6 +316,20 @@ def main() -> None:
     results["load_average_end"] = os.getloadavg()
     _save(results, out)
     print((out / "e2e.md").read_text())
+
+
+def _without_out(argv: list[str]) -> list[str]:
+    """The command line's arguments without ``--out`` (where this run's files went)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip or arg.startswith("--out="):
+            skip = False
+            continue
+        if arg == "--out":
+            skip = True
+            continue
+        kept.append(arg)
+    return kept
 
 
 def _save(results: dict, out: Path) -> None:

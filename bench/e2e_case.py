@@ -334,7 +334,8 @@ def scg_run(spark, bootstrap: str, run: dict, base: Path, timers: PhaseTimers) -
             "delta_commit_s": [r.commit_s for r in committed],
             "delta_commit_s_median": statistics.median(r.commit_s for r in committed) if committed else None,
             "batch_s_median": statistics.median(r.duration_s for r in committed) if committed else None,
-            "phases_s": dict(phases), "spark_phases_s": _sum_durations(progress)}
+            "phases_s": dict(phases), "spark_phases_s": _sum_durations(progress),
+            "timeline": [(round(t - started, 3), line) for t, line in lines]}
 
 
 # -- main ------------------------------------------------------------------------------------------

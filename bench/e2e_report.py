@@ -211,8 +211,8 @@ def markdown(results: dict) -> str:
                 if results.get("load_average_end") else "")
              + " (the machine is shared: other jobs ran meanwhile)."
              + (f" Wall time {results['wall_s'] / 60:.1f} min." if results.get("wall_s") else ""), "",
-             "Command: `.venv/bin/python bench/bench_e2e.py` (defaults: `--reps 2`, standalone on the 200B "
-             "dataset only, to keep the run short).", ""]
+             f"Command: `{results.get('command') or '.venv/bin/python bench/bench_e2e.py'}` (defaults: `--reps 2`, "
+             "standalone on the 200B dataset only, to keep the run short).", ""]
     local = results.get("local")
     if local and local.get("runs"):
         rows, ratios = throughput_rows(local["runs"], ds)
