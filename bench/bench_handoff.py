@@ -40,9 +40,9 @@ Modes (``--modes``, all three by default): ``eager`` (range) and ``cooperative``
 (cooperative-sticky) read with Spark's own Kafka source (one query per assignment of the member,
 restarted at a batch boundary when the assignment changes); ``follow`` is cooperative-sticky with
 ``source.reader: scg-kafka`` (one query per member that follows the assignment, never restarted by
-a rebalance). ``follow-1`` (not run by default) is ``follow`` with a one-batch warm-up (before
-2026-11-24): a joining member rehearses one batch, not batches until they stop getting faster
-(up to ``source.warm_up_limit``, 60 s, when the group has members). Ingest throughput
+a rebalance; a joining member rehearses one batch before it joins, the default).
+``follow-60`` (not run by default) is ``follow`` with ``source.warm_up_limit: 60s``: a joining
+member rehearses batches until they stop getting faster, for up to 60 s. Ingest throughput
 of the two readers into the same sink is bench/bench_reader.py's (bench/results/reader.md, quoted
 here when it exists).
 
@@ -75,14 +75,12 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 # mode -> (assignor, source.reader); assignor None: the pipeline default (range)
 MODES = {"eager": (None, "spark-kafka"), "cooperative": ("cooperative-sticky", "spark-kafka"),
-         "follow": ("cooperative-sticky", "scg-kafka"), "follow-1": ("cooperative-sticky", "scg-kafka")}
+         "follow": ("cooperative-sticky", "scg-kafka"), "follow-60": ("cooperative-sticky", "scg-kafka")}
 MODE_TITLES = {"eager": "eager", "cooperative": "cooperative-sticky",
                "follow": "cooperative-sticky with the scg-kafka reader",
-               "follow-1": "the same with a one-batch warm-up"}
-# mode -> Python run in its members before `scg run` (what the mode changes in the member)
-PATCHES = {"follow-1": "from pipelines.runtime import warm_up, warm_up_rounds; "
-                       "warm_up.WarmUpRounds = lambda **settings: "
-                       "warm_up_rounds.WarmUpRounds(**{**settings, 'max_batches': 1}); "}
+               "follow-60": "the same with warm_up_limit 60s"}
+# mode -> its members' source.warm_up_limit (None: the default, one rehearsed batch)
+WARM_UP_LIMITS = {"follow-60": "60s"}
 START_TIMEOUT_S = 420      # members started together on a loaded 2-core machine
 SETTLE_TIMEOUT_S = 240
 WRITE_TIMEOUT_S = 120
@@ -160,7 +158,8 @@ def run_mode(mode: str, bootstrap: str, base: Path, args, started: list) -> dict
     create_topic(bootstrap, topic, args.partitions)
     path = write_pipeline(work / "pipeline.yaml", bootstrap, topic, group, work,
                           extra='format: {type: json, schema: "id BIGINT, name STRING"}\n'
-                                'spark: {spark.master: "local[1]"}\n', reader=reader, warm_up_limit=None)
+                                'spark: {spark.master: "local[1]"}\n', reader=reader,
+                          warm_up_limit=WARM_UP_LIMITS.get(mode))
     if assignor:
         text = path.read_text()
         assert "  heartbeat_interval: 500ms\n" in text
@@ -171,10 +170,7 @@ def run_mode(mode: str, bootstrap: str, base: Path, args, started: list) -> dict
     members: list[TimedMember] = []
 
     def spawn() -> TimedMember:
-        patch = PATCHES.get(mode)
-        command = None if patch is None else \
-            ["-c", patch + f"import sys; from pipelines.cli.main import main; sys.exit(main(['run', {str(path)!r}]))"]
-        member = TimedMember(f"{mode}-{next(names)}", path, work, command=command)
+        member = TimedMember(f"{mode}-{next(names)}", path, work)
         members.append(member)
         started.append(member)
         return member
@@ -426,8 +422,8 @@ def markdown(results: dict) -> str:
     for mode in modes:
         out.append(f"- **{mode}**: assignor `{results['modes'][mode]['assignor']}`, reader "
                    f"`{results['modes'][mode].get('reader', 'spark-kafka')}`"
-                   + ("; a joining member rehearses one batch before it joins (the warm-up before "
-                      "2026-11-24), not batches until they stop getting faster" if mode in PATCHES else ""))
+                   + (f"; `source.warm_up_limit: {WARM_UP_LIMITS[mode]}`: a joining member rehearses batches "
+                      "until they stop getting faster, not one batch" if mode in WARM_UP_LIMITS else ""))
     out.append("")
     for i, kind in enumerate(("join", "leave", "kill")):
         evs = {m: results["modes"][m]["events"][i] for m in modes if len(results["modes"][m]["events"]) > i}

@@ -315,10 +315,11 @@ class GroupConfig:
 # bound is about batch duration and retry cost more than memory: 500,000 records of 1 KB is ~500 MB
 # per batch, split across the batch's Kafka partitions (one Spark task each).
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 500_000
-# A fresh driver's batches take 20-60 s of batches to come down to a warm one's (JIT compilation,
-# measured on 2 cores with three drivers); a member that joins a group others read spends that
-# before it joins rather than in the first batches of the partitions it takes over.
-DEFAULT_WARM_UP_LIMIT_MS = 60_000
+# 0: a member that joins a group others read rehearses one batch. On the Arrow path the batches
+# rehearsed up to a minute until they stop getting faster save the partitions it takes over a
+# fraction of a second of their first batch, and delay its join by that minute
+# (docs/performance.md, "Rebalance hand-off").
+DEFAULT_WARM_UP_LIMIT_MS = 0
 
 
 @dataclass(frozen=True)
@@ -355,9 +356,10 @@ class SourceConfig:
         "include_headers", BOOL, "true", "Spark `includeHeaders`",
         "Both tables get a column `headers` (`array<struct<key: string, value: binary>>`)."))
     warm_up_limit_ms: int = field(default=DEFAULT_WARM_UP_LIMIT_MS, metadata=key_doc(
-        "warm_up_limit", DURATION + " (0s allowed)", "0s", "behaviour",
-        "`scg-kafka` only. The longest a member rehearses batches before it joins a group that others "
-        "read (a member whose partitions nobody else reads joins at once). `0s`: one batch."))
+        "warm_up_limit", DURATION + " (0s allowed)", "30s", "behaviour",
+        "`scg-kafka` only. The longest a member rehearses batches, until they stop getting faster, before "
+        "it joins a group that others read (a member whose partitions nobody else reads joins at once). "
+        "`0s`: one batch."))
 
     def spark_options(self) -> dict[str, str]:
         """Rate-limit and header options for Spark's Kafka source (not startingOffsets: the

@@ -103,8 +103,6 @@ def who_waits(ctx: WarmUpContext, sleep: Callable[[float], object] = time.sleep,
     after ``source.warm_up_limit: 0s``, a group the brokers did not describe, or a check that
     failed. ``sleep``/``patience_s``: how the describe waits out a loading coordinator."""
     config, group = ctx.config, ctx.config.group
-    if config.source.warm_up_limit_ms == 0:
-        return Waiting("source.warm_up_limit is 0s", 0)
     try:
         members = ctx.probe.group_members(group.id, patience_s=patience_s, sleep=sleep)
         if members is None:
@@ -114,6 +112,8 @@ def who_waits(ctx: WarmUpContext, sleep: Callable[[float], object] = time.sleep,
         if group.instance_id is not None and group.instance_id in members:
             return Waiting(f"this member's instance id {group.instance_id!r} still holds its partitions", len(members),
                            unread=True)
+        if config.source.warm_up_limit_ms == 0:
+            return Waiting("source.warm_up_limit is 0s", len(members))
         offsets = ctx.group_offsets(ctx.probe.timeout_s)
         wanted = set(subscribed_topics(tuple(config.topics), config.topic_pattern or None,
                                        {tp.topic for tp in offsets}))  # a pattern: the topics it matches

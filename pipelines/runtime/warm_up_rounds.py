@@ -1,19 +1,16 @@
 """When a member has rehearsed enough micro-batches before it joins its group (pure logic).
 
-A fresh driver runs its first micro-batches several times slower than a warm one: its JVM loads
-classes and compiles Spark's planning and execution paths as they are used, and the executors'
-Python workers import their modules. A partition handed over to a member that just joined waits
-for those batches. Measured on 2 cores with three drivers (the Spark job of each batch, the
-other members' taking 0.2-0.6 s): after 5 rehearsed batches the joining member's first real
-batches took 1.1-2.0 s and came down over about 40 s; after 53 rehearsed batches (73 s) its first
-took 0.43 s. The batches get faster slowly and unevenly (one in three is slower than the one
-before), so an ``scg-kafka`` member that joins a group whose partitions others read rehearses
-batches in its own query before it joins (nothing is written) until a window of them is no
-faster than the window before, or up to a time limit (``source.warm_up_limit``): the time this
-costs delays only its own join, never the group. When nobody else reads the partitions it
-would take (an empty group, its own static instance still in the group) it rehearses none; when
-others read them but someone waits for it (a backlog to share), one batch (``warm_up.who_waits``,
-asked again after each batch).
+A fresh driver runs its first micro-batches slower than a warm one: its JVM loads classes and
+compiles Spark's planning and execution paths as they are used, and the executors' Python
+workers import their modules. A partition handed over to a member that just joined waits for
+those batches. The batches get faster slowly and unevenly (one in three is slower than the one
+before), so an ``scg-kafka`` member that joins a group whose partitions others read, with a
+``source.warm_up_limit`` above 0 s, rehearses batches in its own query before it joins (nothing
+is written) until a window of them is no faster than the window before, or up to that limit:
+the time this costs delays only its own join, never the group. By default (0 s), and when
+others read its partitions but someone waits for it (a backlog to share), it rehearses one
+batch; when nobody else reads the partitions it would take (an empty group, its own static
+instance still in the group), none (``warm_up.who_waits``, asked again after each batch).
 
 :class:`WarmUpRounds` decides, from the durations of the rehearsed batches, whether to run another.
 Not thread safe: one per warm-up, on the runner's main thread.

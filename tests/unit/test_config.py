@@ -190,7 +190,7 @@ def test_enums_are_case_insensitive_and_canonicalised(tmp_path: Path):
 
 
 def test_source_warm_up_limit(tmp_path: Path):
-    assert load(tmp_path).source.warm_up_limit_ms == 60_000
+    assert load(tmp_path).source.warm_up_limit_ms == 0  # one rehearsed batch
     assert load(tmp_path, source={"reader": "scg-kafka", "warm_up_limit": "15s"}).source.warm_up_limit_ms == 15_000
     assert load(tmp_path, source={"reader": "scg-kafka", "warm_up_limit": "0s"}).source.warm_up_limit_ms == 0
 
