@@ -229,12 +229,18 @@ def _has_class(spark, name: str) -> bool:
 
 
 EXECUTOR_MODULES = ("pyarrow", "deltalake", "pandas")
+# imported ahead of the first batch where they can be (the Spark's-Kafka-source path needs no
+# confluent_kafka on the executors)
+BATCH_PATH_MODULES = ("confluent_kafka", "pyarrow.json", "pyarrow.parquet", "pipelines.runtime.arrow_batches")
 
 
 def _check_executor_python(spark) -> None:
-    """Run one tiny task: the executors' Python must import what the data-file writer needs."""
+    """Run one tiny task per core the application has: the executors' Python must import what
+    the data-file writer needs. Each task's Python worker also imports the batch path's modules
+    (:data:`BATCH_PATH_MODULES`), so the first batch's tasks, on the workers Spark keeps, do not."""
+    slots = max(1, spark.sparkContext.defaultParallelism)
     try:
-        spark.range(1).mapInArrow(_import_executor_modules, "ok INT").collect()
+        spark.range(0, slots, 1, slots).mapInArrow(_import_executor_modules, "ok INT").collect()
     except Exception as exc:  # noqa: BLE001 - any failure here means executors cannot write files
         detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         missing = [m for m in EXECUTOR_MODULES if f"No module named '{m}'" in str(exc)]
@@ -252,6 +258,11 @@ def _import_executor_modules(batches: Iterator) -> Iterator:
 
     for name in EXECUTOR_MODULES:
         importlib.import_module(name)
+    for name in BATCH_PATH_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a batch that needs it fails itself, naming it
+            pass
     for _ in batches:
         pass
     yield pa.RecordBatch.from_pylist([{"ok": 1}], schema=pa.schema([("ok", pa.int32())]))
