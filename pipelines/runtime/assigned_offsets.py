@@ -174,13 +174,13 @@ def task_groups(ranges: Sequence[OffsetRange], slots: int,
     Tasks come in whole waves: as many as ``slots`` (the cores the application runs tasks on),
     or a multiple of it for a large batch (a wave more per ``records_per_task`` records per
     slot: the default bounds the rows one task of the source hands the JVM, which the two-pass
-    path caches), never more than one per range. A wave that fills only some cores leaves the others
-    idle while its tasks run, and each task of a Python data source costs a fixed start (worker,
-    reader, Arrow stream; about 85 ms on an idle core), so a small batch over many partitions,
-    e.g. a partition's first batch in its new owner, runs in one task per core instead of one
-    per partition; each task writes its own files, so such a batch also adds fewer small files
-    to the table. Ranges go to the task with the fewest records so far, largest first; the
-    result is sorted and deterministic."""
+    path caches), never more than one per range. A wave that fills only some cores leaves the
+    others idle while its tasks run, and each task of a Python data source costs a fixed start
+    (worker, reader, Arrow stream; about 85 ms on an idle core), so a small batch over many
+    partitions, e.g. a partition's first batch in its new owner, runs in one task per core
+    instead of one per partition; each task writes its own files, so such a batch also adds
+    fewer small files to the table. Ranges go to the task with the fewest records so far,
+    largest first; the result is sorted and deterministic."""
     ranges = sorted((r for r in ranges if r.count > 0), key=lambda r: (-r.count, r.topic, r.partition))
     if not ranges:
         return []
