@@ -210,7 +210,9 @@ class InQueryWarmUp:
     nothing written or committed), claiming the then last record again with a new serial after
     each one, for as many batches as :func:`warm_up_rounds` says; then drop the claim and write
     again. The planner, the executors' Python readers, the batch path and the driver's JIT are
-    then warm when the first real claim comes; one query start, not two. ``query`` is the
+    then warm when the first real claim comes; one query start, not two. When nobody else reads
+    the partitions the member would take it rehearses nothing and returns at once, the query's
+    first trigger perhaps still starting (it may read the first claims). ``query`` is the
     following query (``claim_alone(tp, offset)``, ``release(partitions)``, ``writer``,
     ``query``); ``stop`` ends the warm-up after the batch in flight."""
 
@@ -221,9 +223,8 @@ class InQueryWarmUp:
         ctx, writer = self.ctx, self.query.writer
         started = ctx.clock()
         rounds, why = warm_up_rounds(ctx, stop.wait)
-        if rounds is None:
+        if rounds is None:  # the query's first trigger, still starting, may read its first claims
             ctx.note(f"joining without a rehearsal ({why})")
-            self._query_ready(started)
             return
         record = ctx.last_record()
         if record is None or writer is None:
