@@ -52,6 +52,7 @@ def test_while_others_read_the_group_s_partitions_it_rehearses_up_to_the_limit()
 def test_an_empty_group_is_joined_at_once():
     rounds, why = _rounds(members=())
     assert rounds is None and why == "the group has no member: nobody reads its partitions meanwhile"
+    assert _rounds(members=(), limit_ms=0)[0] is None  # whatever the limit
 
 
 def test_a_group_the_brokers_did_not_describe_is_joined_after_one_batch():
