@@ -50,7 +50,8 @@ def test_a_kept_consumer_reads_each_next_range_exactly(bootstrap, unique_name):
     """One consumer reads range after range (as a Spark Python worker does, task after task):
     nothing it prefetched for one range reaches the next, whichever partition or offset."""
     create_topic(bootstrap, unique_name, 2)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    # idempotent: a retried batch (the new topic's leader not yet known) keeps its place in the log
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
     for i in range(3000):
         for partition in (0, 1):
             producer.produce(unique_name, value=f"p{partition}-{i}".encode(), partition=partition)
@@ -126,7 +127,7 @@ def _planned(checkpoint: str, batch_id: int) -> SourceOffset:
 
 
 def _produce_to(bootstrap: str, topic: str, partition: int, values) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})  # in order, retries too
     for v in values:
         producer.produce(topic, value=v.encode(), partition=partition)
     assert producer.flush(30) == 0
@@ -195,7 +196,7 @@ def test_rows_and_headers_are_spark_s_kafka_source_s(spark, bootstrap, unique_na
     """With includeHeaders the rows (headers included: order, repeated keys, null values, none)
     equal Spark's Kafka source's, column for column."""
     create_topic(bootstrap, unique_name, 1)
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})  # in order, retries too
     for i, headers in enumerate(HEADERS * 3):
         producer.produce(unique_name, key=None if i % 4 == 0 else f"k{i}".encode(), value=f"v{i}".encode(),
                          partition=0, headers=headers)
