@@ -88,19 +88,23 @@ class OwnedPartitions:
         self.partitions: tuple[TopicPartition, ...] = ()
         self.stopped: dict[TopicPartition, StoppedPartition] = {}
         self._claimed: dict[str, dict[TopicPartition, int]] = {}  # table path -> this member's latest epochs
+        self._starts: dict[TopicPartition, int] = {}  # where the query last started each running partition
 
     # -- the assignment -------------------------------------------------------------------------
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """The member's whole assignment now; stopped partitions it no longer holds are forgotten."""
         self.partitions = tuple(sorted(partitions))
         self.stopped = {tp: s for tp, s in self.stopped.items() if tp in self.partitions}
+        self._starts = {tp: offset for tp, offset in self._starts.items() if tp in self.partitions}
 
     def revoke(self, partitions: Iterable[TopicPartition]) -> None:
         gone = set(partitions)
         self.partitions = tuple(tp for tp in self.partitions if tp not in gone)
+        self._starts = {tp: offset for tp, offset in self._starts.items() if tp not in gone}
 
     def clear(self) -> None:
         self.partitions = ()
+        self._starts = {}
 
     # -- claims and checks ----------------------------------------------------------------------
     def claim(self, partitions) -> TableTargets:
@@ -160,8 +164,9 @@ class OwnedPartitions:
         reads them: resets (a recreated topic, a truncated log) and new topic IDs in one commit per
         table, then each skipped range as a ``data_loss`` marker row in the dead-letter table,
         committed in both tables like a batch (idempotent: a retry after a crash finds the range
-        recorded and writes nothing)."""
+        recorded and writes nothing). Remembers where each running partition starts."""
         runs = checks.runs
+        self._starts.update({v.tp: v.offset for v in runs})
         resets = {v.tp: v.reset_to for v in runs if v.reset_to is not None}
         ids = {v.tp: checks.logs[v.tp].topic_id for v in runs
                if checks.recorded_ids.get(v.tp) != checks.logs[v.tp].topic_id}
@@ -234,14 +239,16 @@ class OwnedPartitions:
         """The owned partitions that are not stopped wait on a transient fault of
         :data:`PUBLISHED_WAITS` (a batch retried with backoff): commit each one's table offset with
         metadata naming ``condition`` and ``detail``, for ``scg describe`` (the next batch's commit
-        replaces it). Other faults publish nothing. Best effort: when the table or the group cannot
-        be reached now, nothing is published."""
+        replaces it). A partition the tables hold nothing of yet is committed at the offset its query
+        started from (where any next owner would start it too). Other faults publish nothing. Best
+        effort: when the table or the group cannot be reached now, nothing is published."""
         waiting = [tp for tp in self.partitions if tp not in self.stopped]
         if condition not in PUBLISHED_WAITS or not waiting:
             return
         try:
             recorded, _ = self.recorded(waiting)
-            offsets = {tp: offset for tp, offset in recorded.items() if offset is not None}
+            offsets = {tp: offset if offset is not None else self._starts.get(tp) for tp, offset in recorded.items()}
+            offsets = {tp: offset for tp, offset in offsets.items() if offset is not None}
             if offsets:
                 self._commit(offsets, stopped_metadata(condition, detail))
         except Exception as exc:  # noqa: BLE001 - see the docstring

@@ -8,20 +8,16 @@ batches under SCHEMA_INCOMPATIBLE (progress lines, `scg describe`), write none o
 and keep running. Exactly once is checked through delta-spark."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from deltalake import DeltaTable
 
 from pipelines.config import load_pipeline
-from pipelines.runtime.install_paths import PROJECT_ROOT
 from tests.e2e.harness import MemberProcess
 from tests.integration.test_avro_pipeline import _allow_any_change, _serializer
-from tests.support.kafka_data import create_topic, log_end_offsets, table_reached, write_pipeline
+from tests.support.kafka_data import (create_topic, log_end_offsets, partition_statuses, table_reached,
+                                      write_pipeline)
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -50,13 +46,6 @@ def _produce(bootstrap, topic, keys, values) -> set[tuple[str, int, int]]:
     assert producer.flush(60) == 0
     assert len(acked) == len(values)
     return acked
-
-
-def _statuses(path) -> list[str]:
-    """The STATUS of each partition as ``scg describe --pipeline`` shows it."""
-    described = subprocess.run([sys.executable, "-m", "pipelines.cli", "describe", "--pipeline", str(path), "--json"],
-                               cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
-    return [p["status"] for p in json.loads(described.stdout)["partitions"]]
 
 
 def _all_stopped(statuses: list[str]) -> bool:
@@ -109,8 +98,8 @@ def test_the_table_follows_added_fields_and_stops_at_a_changed_type(bootstrap, s
         for n in range(PARTITIONS)])
     for member in members:
         member.wait_for(r"SCHEMA_INCOMPATIBLE.*column item: the table has string, the batch long", 120)
-    wait_until(lambda: _all_stopped(_statuses(path)), 120,
-               lambda: f"scg describe to show every partition stopped: {_statuses(path)}")
+    wait_until(lambda: _all_stopped(partition_statuses(path)), 120,
+               lambda: f"scg describe to show every partition stopped: {partition_statuses(path)}")
     assert all(member.proc.poll() is None for member in members)
     for member in members:
         member.stop()

@@ -27,7 +27,7 @@ from pipelines.runtime.install_paths import PROJECT_ROOT
 from pipelines.runtime.records import RecordFormat
 from pipelines.runtime.registry_client import RegistrySettings
 from tests.integration.test_arrow_path import _rows, _tables, _write
-from tests.support.kafka_data import create_topic, write_pipeline
+from tests.support.kafka_data import create_topic, partition_statuses, write_pipeline
 from tests.support.switchable_proxy import SwitchableProxy
 from tests.support.waiting import wait_until
 
@@ -161,8 +161,9 @@ def run_to_the_end(bootstrap, topic, tmp_path, format_yaml: str) -> tuple[list[d
 
 def test_a_registry_that_is_down_holds_the_batch_until_it_answers(bootstrap, schema_registry, unique_name, tmp_path):
     """The registry behind a proxy that refuses connections: the member retries the batch under
-    SCHEMA_REGISTRY_UNAVAILABLE (a progress line), no record becomes a dead letter, and once the
-    registry answers every record lands and the run ends."""
+    SCHEMA_REGISTRY_UNAVAILABLE (a progress line, and `scg describe` names it for both partitions
+    although the tables hold nothing yet), no record becomes a dead letter, and once the registry
+    answers every record lands and the run ends."""
     topic = unique_name
     create_topic(bootstrap, topic, 2)
     context = SerializationContext(topic, MessageField.VALUE)
@@ -182,6 +183,9 @@ def test_a_registry_that_is_down_holds_the_batch_until_it_answers(bootstrap, sch
     try:
         wait_until(lambda: any("SCHEMA_REGISTRY_UNAVAILABLE" in line and "retry" in line for line in lines), 300,
                    lambda: "a retry under SCHEMA_REGISTRY_UNAVAILABLE; output:\n" + "".join(lines[-30:]))
+        wait_until(lambda: [s.split(":")[:2] for s in partition_statuses(path)] ==
+                   [["stopped", " SCHEMA_REGISTRY_UNAVAILABLE"]] * 2, 120,
+                   lambda: f"scg describe to name the registry's fault: {partition_statuses(path)}")
         proxy.up = True
         assert run.wait(timeout=300) == 0, "".join(lines[-50:])
     finally:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import textwrap
 from collections.abc import Mapping
 from pathlib import Path
@@ -105,3 +107,13 @@ def table_ids(table_path) -> set[int]:
         return set(DeltaTable(str(table_path)).to_pyarrow_table(columns=["id"])["id"].to_pylist())
     except Exception:  # noqa: BLE001 - not created yet
         return set()
+
+
+def partition_statuses(pipeline_path) -> list[str]:
+    """The STATUS of each partition of the pipeline's group, as ``scg describe --pipeline --json``
+    shows it."""
+    from pipelines.runtime.install_paths import PROJECT_ROOT
+
+    described = subprocess.run([sys.executable, "-m", "pipelines.cli", "describe", "--pipeline", str(pipeline_path),
+                                "--json"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    return [p["status"] for p in json.loads(described.stdout)["partitions"]]

@@ -270,6 +270,22 @@ def test_partitions_waiting_on_a_transient_fault_are_published_at_the_table_s_of
     assert commits == [({TP: 7}, "scg:stopped:SCHEMA_INCOMPATIBLE: version 4 of subject t-value cannot be written")]
 
 
+def test_a_waiting_partition_the_tables_hold_nothing_of_is_published_at_its_query_s_start(tmp_path):
+    """A first batch retried under a transient fault: describe still names the condition, at the
+    offset the query started the partition from; a revoked partition is not published."""
+    t1 = TopicPartition("t", 1)
+    parts, tables, _, commits = owned(tmp_path, {TP: PartitionLog(3, 10, OLD_ID), t1: PartitionLog(0, 4, OLD_ID)})
+    parts.assign([TP, t1])
+    start(parts, tables, (TP, t1))
+    commits.clear()
+    parts.publish_waiting("SCHEMA_REGISTRY_UNAVAILABLE", "no answer")
+    assert commits == [({TP: 3, t1: 0}, "scg:stopped:SCHEMA_REGISTRY_UNAVAILABLE: no answer")]
+    parts.revoke([t1])
+    commits.clear()
+    parts.publish_waiting("SCHEMA_REGISTRY_UNAVAILABLE", "no answer")
+    assert commits == [({TP: 3}, "scg:stopped:SCHEMA_REGISTRY_UNAVAILABLE: no answer")]
+
+
 def test_publishing_what_partitions_wait_on_is_best_effort_and_only_for_a_batch_s_own_faults(tmp_path):
     parts, tables, _, commits = owned(tmp_path, {TP: None})
     parts.assign([TP])
