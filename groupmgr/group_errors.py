@@ -13,9 +13,8 @@ and safe to share between threads.
 """
 from __future__ import annotations
 
+import importlib
 from typing import ClassVar
-
-import kafka.errors as kafka_errors
 
 from groupmgr.core import ScgError
 
@@ -285,9 +284,16 @@ def raise_for_error_code(code: int, context: str = "") -> None:
         raise error
 
 
+def kafka_python_errors():
+    """kafka-python's ``errors`` module (Kafka's error codes and client exceptions), imported at
+    first need: a process that only plans or reads batches (a Spark planner, an executor) then
+    never pays for importing kafka-python."""
+    return importlib.import_module("kafka.errors")
+
+
 def _kafka_name(code: int) -> str:
     """The Kafka error name for ``code`` as kafka-python knows it (``UNKNOWN_SERVER_ERROR`` style)."""
-    cls = kafka_errors.kafka_errors.get(code)
+    cls = kafka_python_errors().kafka_errors.get(code)
     message = getattr(cls, "message", None)
     return str(message) if message else f"BROKER_ERROR_{code}"
 
@@ -303,6 +309,7 @@ def translate_client_error(exc: BaseException, context: str = "") -> GroupError:
     if isinstance(exc, GroupError):
         return exc
     text = f"{context}: {type(exc).__name__}: {exc}" if context else f"{type(exc).__name__}: {exc}"
+    kafka_errors = kafka_python_errors()
     if isinstance(exc, (kafka_errors.SaslAuthenticationFailedError, kafka_errors.AuthorizationError,
                         kafka_errors.UnsupportedSaslMechanismError)):
         return AuthenticationFailed(text)

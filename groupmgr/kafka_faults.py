@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import enum
 import random
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import kafka.errors as kafka_errors
-
-from groupmgr.group_errors import FencedInstanceId, GroupError
+from groupmgr.group_errors import FencedInstanceId, GroupError, kafka_python_errors
 
 T = TypeVar("T")
 
@@ -96,7 +95,8 @@ def classify_kafka(exc: BaseException) -> Fault | None:
     if confluent is not None:
         return classify_kafka_code(confluent.code(), confluent.name(), confluent.str(),
                                    retriable=confluent.retriable(), fatal=confluent.fatal())
-    if isinstance(exc, kafka_errors.KafkaError):
+    kafka_python = sys.modules.get("kafka.errors")  # not imported: no kafka-python error can exist
+    if kafka_python is not None and isinstance(exc, kafka_python.KafkaError):
         code = getattr(exc, "errno", None)
         condition = str(getattr(exc, "message", "") or type(exc).__name__)
         give_up = _SLOW_TO_GIVE_UP.get(code) if isinstance(code, int) else None
@@ -115,7 +115,7 @@ def classify_kafka_code(code: int, name: str = "", detail: str = "", *, retriabl
     if fatal:
         transient = False
     elif code > 0:
-        transient = bool(getattr(kafka_errors.for_code(code), "retriable", False))
+        transient = bool(getattr(kafka_python_errors().for_code(code), "retriable", False))
     else:
         transient = code in TRANSIENT_LOCAL_CODES or retriable
     kind = FaultKind.TRANSIENT if transient else FaultKind.PERMANENT
@@ -136,7 +136,7 @@ def _confluent_error(exc: BaseException):
 
 
 def _broker_error_name(code: int) -> str:
-    cls = kafka_errors.kafka_errors.get(code)
+    cls = kafka_python_errors().kafka_errors.get(code)
     return str(getattr(cls, "message", "") or "")
 
 
