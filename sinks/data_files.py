@@ -188,7 +188,7 @@ class OpenFileSet:
         writer = self.writer
         table = (batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])).cast(writer.schema)
         if self.keep_from is not None:
-            kept = table.filter(_keep_mask(table, self.keep_from))
+            kept = _kept(table, self.keep_from)
             self.skipped += table.num_rows - kept.num_rows
             table = kept
         for values, part in writer.split_by_partition(table):
@@ -266,8 +266,26 @@ class _OpenFile:
             pass
 
 
+def _kept(table: pa.Table, keep_from: Mapping[TopicPartition, int]) -> pa.Table:
+    """The rows of ``table`` that ``keep_from`` keeps: those of its partitions at or above their
+    offset. A table of one partition (a block read from one range) is compared with that
+    partition's offset alone, and returned as it is when every row is kept."""
+    if table.num_rows == 0:
+        return table
+    topics, partitions = pc.unique(table["topic"]), pc.unique(table["partition"])
+    one = len(topics) == 1 and len(partitions) == 1 and topics[0].is_valid and partitions[0].is_valid
+    if one and table["offset"].null_count == 0:
+        first = keep_from.get(TopicPartition(topics[0].as_py(), partitions[0].as_py()))
+        if first is None:
+            return table.slice(0, 0)
+        if pc.min(table["offset"]).as_py() >= first:
+            return table
+        return table.filter(pc.greater_equal(table["offset"], first))
+    return table.filter(_keep_mask(table, keep_from))
+
+
 def _keep_mask(table: pa.Table, keep_from: Mapping[TopicPartition, int]) -> pa.Array:
-    mask = pa.array([False] * table.num_rows, pa.bool_())
+    mask = pa.repeat(False, table.num_rows)
     for tp, first in keep_from.items():
         in_partition = pc.and_(pc.equal(table["topic"], tp.topic), pc.equal(table["partition"], tp.partition))
         mask = pc.or_(mask, pc.and_(in_partition, pc.greater_equal(table["offset"], first)))

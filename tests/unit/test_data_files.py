@@ -45,6 +45,31 @@ def test_keep_from_writes_only_new_rows_and_counts_the_rest(tmp_path):
     assert table["offset"].to_pylist() == [3, 4] and set(table["partition"].to_pylist()) == {0}
 
 
+@pytest.mark.parametrize("keep_from, kept", [
+    ({T0: 0}, [0, 1, 2, 3]),            # a block of one partition, every row new
+    ({T0: 2, T1: 0}, [2, 3]),           # partly replayed
+    ({T0: 9}, []),                      # wholly replayed
+    ({T1: 0}, []),                      # a partition the batch does not write
+])
+def test_keep_from_on_a_block_of_one_partition(tmp_path, keep_from, kept):
+    written = DataFileWriter(str(tmp_path), SCHEMA).write(rows(T0, range(4)).to_batches(), keep_from)
+    assert written.rows_written == len(kept) and written.rows_skipped == 4 - len(kept)
+    assert [o for f in written.files for o in pq.read_table(tmp_path / f.path)["offset"].to_pylist()] == kept
+
+
+def test_keep_from_on_one_batch_mixing_partitions_and_a_row_without_offset(tmp_path):
+    mixed = pa.concat_tables([rows(T0, range(3)), rows(T1, range(3)),
+                              pa.table({"topic": ["t"], "partition": [0], "offset": [None], "name": ["x"]},
+                                       schema=SCHEMA)]).combine_chunks().to_batches()
+    assert len(mixed) == 1
+    written = DataFileWriter(str(tmp_path), SCHEMA).write(mixed, {T0: 1, T1: 2})
+    table = pq.read_table(tmp_path / written.files[0].path)
+    assert sorted(zip(table["partition"].to_pylist(), table["offset"].to_pylist())) == [(0, 1), (0, 2), (1, 2)]
+    assert written.rows_skipped == 4
+    alone = DataFileWriter(str(tmp_path / "alone"), SCHEMA).write([mixed[0].slice(6)], {T0: 0})
+    assert alone.rows_written == 0 and alone.rows_skipped == 1
+
+
 def test_a_boundary_offset_is_kept(tmp_path):
     written = DataFileWriter(str(tmp_path), SCHEMA).write(rows(T0, [4, 5]).to_batches(), {T0: 5})
     assert written.rows_written == 1 and written.rows_skipped == 1
