@@ -12,8 +12,7 @@ from deltalake import DeltaTable
 
 from pipelines.config import load_pipeline
 from tests.e2e.harness import MemberProcess
-from tests.e2e.test_schema_evolution import _statuses
-from tests.support.kafka_data import create_topic, produce, write_pipeline
+from tests.support.kafka_data import create_topic, partition_statuses, produce, write_pipeline
 from tests.integration.test_cli import scg
 from tests.support.waiting import wait_until
 
@@ -46,8 +45,8 @@ def test_a_new_json_field_waits_under_fail_and_joins_the_table_with_add_columns(
     member = MemberProcess("fail", path, tmp_path)
     try:
         member.wait_for(r"SCHEMA_INCOMPATIBLE.*columns the table lacks: city.*schema_evolution is fail", 180)
-        wait_until(lambda: all(s.startswith("stopped: SCHEMA_INCOMPATIBLE") for s in _statuses(path)), 120,
-                   lambda: f"scg describe to show the partitions stopped: {_statuses(path)}")
+        wait_until(lambda: all(s.startswith("stopped: SCHEMA_INCOMPATIBLE") for s in partition_statuses(path)), 120,
+                   lambda: f"scg describe to show the partitions stopped: {partition_statuses(path)}")
         assert member.proc.poll() is None, member.tail()
     finally:
         member.stop()
