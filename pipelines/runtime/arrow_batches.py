@@ -5,8 +5,8 @@ Spark still plans the batch (the ``scg-kafka`` source writes its offsets to the 
 schedules and retries its tasks; but the batch's DataFrame is never computed. Instead the batch's
 planned ranges are grouped into tasks in whole waves over the application's cores
 (:func:`~pipelines.runtime.assigned_offsets.task_groups`, up to :data:`RECORDS_PER_TASK` records
-per task and core a wave), and one Spark job of that many tasks
-(``spark.range(n).mapInArrow``) runs :func:`write_ranges` in each: read each range with
+per task and core a wave), and one Spark job of that many tasks (a Python RDD of the group
+numbers: no query plan to analyse or compile per batch) runs :func:`write_ranges` in each: read each range with
 confluent-kafka (:func:`~pipelines.runtime.kafka_range_reader.read_range`), split every block
 into output rows and dead letters (:class:`~pipelines.runtime.arrow_records.BlockDecoder`) and
 write both tables' Parquet files; the task returns only the files' metadata. The driver commits
@@ -21,7 +21,7 @@ plan that changed before its commit) reads the batch through Spark SQL
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -33,7 +33,7 @@ from pipelines.runtime.batch_writer import (BatchRows, DeadLetterDecisions, Plan
                                            write_both_tables)
 from pipelines.runtime.kafka_range_reader import cyclic_gc_paused, read_range
 from pipelines.runtime.records import DEAD_LETTER, OUTPUT, RecordFormat
-from sinks.data_files import METADATA_DDL, WrittenFiles
+from sinks.data_files import WrittenFiles
 
 
 RECORDS_PER_TASK = 250_000  # a task holds one block whatever its ranges hold: fewer, longer tasks
@@ -51,16 +51,16 @@ class RangesTasks:
     output: PlannedWrite
 
 
-def write_ranges(tasks: RangesTasks, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """One Spark task (an executor's Python worker): for each group number it is given (the
-    ``id`` of ``spark.range``), read that group's ranges, write both tables' files, and yield
-    their metadata named by table. Python's cyclic garbage collector is paused meanwhile
+def write_ranges(tasks: RangesTasks, numbers: Iterable[int]) -> Iterator[dict]:
+    """One Spark task (an executor's Python worker): for each group number it is given, read that
+    group's ranges, write both tables' files, and yield their metadata rows named by table.
+    Python's cyclic garbage collector is paused meanwhile
     (:func:`~pipelines.runtime.kafka_range_reader.cyclic_gc_paused`)."""
     decoder = block_decoder(tasks.fmt)
     with cyclic_gc_paused():
-        for batch in batches:
-            for number in batch.column(0).to_pylist():
-                yield from _write_group(tasks, decoder, tasks.groups[number])
+        for number in numbers:
+            for metadata in _write_group(tasks, decoder, tasks.groups[number]):
+                yield from metadata.to_pylist()
 
 
 def block_decoder(fmt: RecordFormat) -> BlockDecoder | FramedBlockDecoder:
@@ -100,9 +100,8 @@ class ArrowKafkaBatch:
         if not groups:
             return WrittenFiles((), 0), WrittenFiles((), 0)
         tasks = RangesTasks(self.client_config, self.fmt, groups, dead, output)
-        numbers = self.spark.range(0, len(groups), 1, len(groups))
-        metadata = [row.asDict() for row in
-                    numbers.mapInArrow(functools.partial(write_ranges, tasks), METADATA_DDL).collect()]
+        numbers = self.spark.sparkContext.parallelize(range(len(groups)), len(groups))
+        metadata = numbers.mapPartitions(functools.partial(write_ranges, tasks)).collect()
         return WrittenFiles.from_metadata(metadata, DEAD_LETTER), WrittenFiles.from_metadata(metadata, OUTPUT)
 
     @property

@@ -237,10 +237,12 @@ BATCH_PATH_MODULES = ("confluent_kafka", "pyarrow.json", "pyarrow.parquet", "pip
 def _check_executor_python(spark) -> None:
     """Run one tiny task per core the application has: the executors' Python must import what
     the data-file writer needs. Each task's Python worker also imports the batch path's modules
-    (:data:`BATCH_PATH_MODULES`), so the first batch's tasks, on the workers Spark keeps, do not."""
+    (:data:`BATCH_PATH_MODULES`). The tasks are a Python RDD's, as the Arrow path's are, so the
+    workers Spark keeps for that path have them when its first batch comes (the Spark SQL path's
+    Arrow UDFs run in workers of their own)."""
     slots = max(1, spark.sparkContext.defaultParallelism)
     try:
-        spark.range(0, slots, 1, slots).mapInArrow(_import_executor_modules, "ok INT").collect()
+        spark.sparkContext.parallelize(range(slots), slots).mapPartitions(_import_executor_modules).collect()
     except Exception as exc:  # noqa: BLE001 - any failure here means executors cannot write files
         detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         missing = [m for m in EXECUTOR_MODULES if f"No module named '{m}'" in str(exc)]
@@ -251,10 +253,8 @@ def _check_executor_python(spark) -> None:
             f"project's packages installed") from None
 
 
-def _import_executor_modules(batches: Iterator) -> Iterator:
+def _import_executor_modules(items: Iterator) -> Iterator:
     import importlib
-
-    import pyarrow as pa
 
     for name in EXECUTOR_MODULES:
         importlib.import_module(name)
@@ -263,6 +263,6 @@ def _import_executor_modules(batches: Iterator) -> Iterator:
             importlib.import_module(name)
         except ImportError:  # a batch that needs it fails itself, naming it
             pass
-    for _ in batches:
+    for _ in items:
         pass
-    yield pa.RecordBatch.from_pylist([{"ok": 1}], schema=pa.schema([("ok", pa.int32())]))
+    yield 1
