@@ -5,9 +5,9 @@ Spark starts its Python processes (the driver-side planner of a Python data sour
 ``$SPARK_HOME/python/lib/pyspark.zip`` ahead of the interpreter's own packages. Spark ships that
 archive with sources only, and Python never writes bytecode caches into a zip, so each such process
 compiles the pyspark modules it imports from source before it does anything (what that costs:
-docs/performance.md). This module adds, next to every ``.py`` entry, its ``.pyc`` compiled by this interpreter
-as an *unchecked hash-based* pyc (PEP 552): zipimport loads it without comparing timestamps, so it
-does not depend on the zip's time zone. The sources stay in the archive unchanged (tracebacks show
+docs/performance.md). This module adds, next to every ``.py`` entry, its ``.pyc`` compiled by
+this interpreter as an *unchecked hash-based* pyc (PEP 552): zipimport loads it without comparing
+timestamps, so it does not depend on the zip's time zone. The sources stay in the archive unchanged (tracebacks show
 their lines). A process of another Python version sees a foreign magic number and compiles the
 source as before: the archive never reads differently, only faster.
 

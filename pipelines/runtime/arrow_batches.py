@@ -6,11 +6,12 @@ schedules and retries its tasks; but the batch's DataFrame is never computed. In
 planned ranges are grouped into tasks in whole waves over the application's cores
 (:func:`~pipelines.runtime.assigned_offsets.task_groups`, up to :data:`RECORDS_PER_TASK` records
 per task and core a wave), and one Spark job of that many tasks (a Python RDD of the group
-numbers: no query plan to analyse or compile per batch) runs :func:`write_ranges` in each: read each range with
-confluent-kafka (:func:`~pipelines.runtime.kafka_range_reader.read_range`), split every block
-into output rows and dead letters (:class:`~pipelines.runtime.arrow_records.BlockDecoder`) and
-write both tables' Parquet files; the task returns only the files' metadata. The driver commits
-them as for any batch (:class:`~pipelines.runtime.batch_writer.BatchWriter`).
+numbers: no query plan to analyse or compile per batch) runs :func:`write_ranges` in each: read
+each range with confluent-kafka (:func:`~pipelines.runtime.kafka_range_reader.read_range`),
+split every block into output rows and dead letters
+(:class:`~pipelines.runtime.arrow_records.BlockDecoder`) and write both tables' Parquet files;
+the task returns only the files' metadata. The driver commits them as for any batch
+(:class:`~pipelines.runtime.batch_writer.BatchWriter`).
 
 A task holds one block (at most ``FETCH_ROWS`` records and their decoded rows) plus one row group
 per open file. A retried task reads its ranges again and writes new files; the failed attempt's
