@@ -56,7 +56,7 @@ def compiled_copy(source: Path, target: Path, origin: Path | None = None) -> int
     ``.py`` (replacing any ``.pyc`` it had); the number of modules compiled. The code's file names
     are under ``origin`` (default ``source``), as zipimport names what it compiles itself. A module
     that does not compile is left as source only."""
-    prefix = str((origin or source).resolve())
+    prefix = os.path.abspath(origin or source)
     compiled = 0
     with zipfile.ZipFile(source) as zin, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zout:
         for info in zin.infolist():
