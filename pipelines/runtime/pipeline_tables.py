@@ -156,6 +156,15 @@ def pipeline_changes(config: PipelineSpec) -> ChangeSpec | None:
     return ChangeSpec(sink.key, sink.order_by, sink.delete_on_tombstone, config.format.envelope)
 
 
+def batches_take_arrow_path(config: PipelineSpec) -> bool:
+    """Whether ``config``'s batches run the one-pass Arrow path's jobs, as far as the pipeline
+    file says: the ``scg-kafka`` reader, no transform, one output table taking appends (a record
+    format the Arrow decoder cannot read still sends them through Spark SQL:
+    :func:`~pipelines.runtime.arrow_batches.arrow_batches`)."""
+    return (config.source.reader == "scg-kafka" and not config.transform
+            and pipeline_routing(config) is None and pipeline_changes(config) is None)
+
+
 def record_format(config: PipelineSpec, reader_text: str | None = None) -> RecordFormat:
     """How ``config``'s records are decoded. An Avro or Protobuf reader schema is ``reader_text``
     when given, else the configured one: a file, or the registry's, fetched now

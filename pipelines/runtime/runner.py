@@ -45,7 +45,7 @@ from pipelines.runtime.member_probes import MemberProbes
 from pipelines.runtime.metrics import MemberMetrics, MetricsServer, Probe, member_label
 from pipelines.runtime.owned_partitions import OwnedPartitions
 from pipelines.runtime.pipeline_spec import PipelineSpec
-from pipelines.runtime.pipeline_tables import open_tables
+from pipelines.runtime.pipeline_tables import batches_take_arrow_path, open_tables
 from pipelines.runtime.progress import ProgressPrinter
 from pipelines.runtime.query_supervisor import QueryState, QuerySupervisor
 from pipelines.runtime.reader_modes import QueryContext, ReaderMode, reader_mode
@@ -105,7 +105,7 @@ class PipelineRunner:
         """The runner of ``config`` on ``spark``: prepares the session, opens both tables (their
         storage answers now, or a named error before joining the group) and the brokers' probe."""
         fs, progress = HadoopFileSystem(spark), ProgressPrinter(out)
-        for note in prepare_session(spark, config.storage.hadoop_settings()):
+        for note in prepare_session(spark, config.storage.hadoop_settings(), batches_take_arrow_path(config)):
             progress.note(note)
         use_local_checkpoint_manager(spark, config.checkpoint_root, fs.qualify)
         tables = open_tables(config, spark)

@@ -114,7 +114,7 @@ def _running_under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def prepare_session(spark, hadoop_settings: Mapping[str, str] | None = None) -> list[str]:
+def prepare_session(spark, hadoop_settings: Mapping[str, str] | None = None, arrow_path: bool = True) -> list[str]:
     """Make any session fit to run a member, however it was created (here or by spark-submit).
 
     Applies :data:`RUNTIME_SETTINGS` (runtime SQL settings, so they take effect on an existing
@@ -123,7 +123,9 @@ def prepare_session(spark, hadoop_settings: Mapping[str, str] | None = None) -> 
     each setting that had another value and was changed, and Delta's SQL extension when absent
     (the member writes through deltalake and does not need it; reading the table with Spark SQL
     does). ``hadoop_settings`` (the storage section's) go into the session's Hadoop configuration,
-    which Spark's checkpoint and file access use on the driver and ship to tasks."""
+    which Spark's checkpoint and file access use on the driver and ship to tasks. ``arrow_path``:
+    whether the member's batches run the Arrow path's jobs (which workers the check of the
+    executors' Python warms, :func:`_check_executor_python`)."""
     notes = []
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     for key, value in (hadoop_settings or {}).items():
@@ -141,7 +143,7 @@ def prepare_session(spark, hadoop_settings: Mapping[str, str] | None = None) -> 
         raise SparkSessionNotReady(
             f"Spark's Kafka source ({KAFKA_SOURCE_CLASS}) is not on the classpath; add "
             "spark-sql-kafka-0-10 with --packages or --jars (see README, Running with spark-submit)")
-    _check_executor_python(spark)
+    _check_executor_python(spark, arrow_path)
     extensions = spark.conf.get("spark.sql.extensions", "") or ""
     if "DeltaSparkSessionExtension" not in extensions:
         notes.append("spark.sql.extensions has no io.delta.sql.DeltaSparkSessionExtension: the member "
@@ -234,15 +236,19 @@ EXECUTOR_MODULES = ("pyarrow", "deltalake", "pandas")
 BATCH_PATH_MODULES = ("confluent_kafka", "pyarrow.json", "pyarrow.parquet", "pipelines.runtime.arrow_batches")
 
 
-def _check_executor_python(spark) -> None:
+def _check_executor_python(spark, arrow_path: bool = True) -> None:
     """Run one tiny task per core the application has: the executors' Python must import what
     the data-file writer needs. Each task's Python worker also imports the batch path's modules
-    (:data:`BATCH_PATH_MODULES`). The tasks are a Python RDD's, as the Arrow path's are, so the
-    workers Spark keeps for that path have them when its first batch comes (the Spark SQL path's
-    Arrow UDFs run in workers of their own)."""
+    (:data:`BATCH_PATH_MODULES`), so the first batch's tasks, on the workers Spark keeps, do not.
+    Spark keeps one pool of workers for Python RDD jobs and another for Arrow UDFs: with
+    ``arrow_path`` the tasks are a Python RDD's, as the Arrow path's batch jobs are, else an Arrow
+    UDF's (``mapInArrow``), as the Spark SQL path's."""
     slots = max(1, spark.sparkContext.defaultParallelism)
     try:
-        spark.sparkContext.parallelize(range(slots), slots).mapPartitions(_import_executor_modules).collect()
+        if arrow_path:
+            spark.sparkContext.parallelize(range(slots), slots).mapPartitions(_import_executor_modules).collect()
+        else:
+            spark.range(0, slots, 1, slots).mapInArrow(_imported_executor_modules, "ok INT").collect()
     except Exception as exc:  # noqa: BLE001 - any failure here means executors cannot write files
         detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         missing = [m for m in EXECUTOR_MODULES if f"No module named '{m}'" in str(exc)]
@@ -251,6 +257,14 @@ def _check_executor_python(spark) -> None:
             f"the executors' Python {what}: executors write the data files with pyarrow and "
             f"deltalake; point PYSPARK_PYTHON (or spark.pyspark.python) at a Python with this "
             f"project's packages installed") from None
+
+
+def _imported_executor_modules(batches: Iterator) -> Iterator:
+    """:func:`_import_executor_modules` as an Arrow UDF."""
+    import pyarrow as pa
+
+    for _ in _import_executor_modules(batches):
+        yield pa.RecordBatch.from_pylist([{"ok": 1}], schema=pa.schema([("ok", pa.int32())]))
 
 
 def _import_executor_modules(items: Iterator) -> Iterator:
