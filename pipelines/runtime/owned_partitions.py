@@ -88,7 +88,7 @@ class OwnedPartitions:
         self.partitions: tuple[TopicPartition, ...] = ()
         self.stopped: dict[TopicPartition, StoppedPartition] = {}
         self._claimed: dict[str, dict[TopicPartition, int]] = {}  # table path -> this member's latest epochs
-        self._starts: dict[TopicPartition, int] = {}  # where the query last started each running partition
+        self._starts: dict[TopicPartition, int] = {}  # starts that claim no record the tables lack
 
     # -- the assignment -------------------------------------------------------------------------
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
@@ -164,9 +164,10 @@ class OwnedPartitions:
         reads them: resets (a recreated topic, a truncated log) and new topic IDs in one commit per
         table, then each skipped range as a ``data_loss`` marker row in the dead-letter table,
         committed in both tables like a batch (idempotent: a retry after a crash finds the range
-        recorded and writes nothing). Remembers where each running partition starts."""
+        recorded and writes nothing). Remembers where each running partition starts when that
+        start claims no record the tables lack: the group's own commit, or the log's start."""
         runs = checks.runs
-        self._starts.update({v.tp: v.offset for v in runs})
+        self._starts.update({v.tp: v.offset for v in runs if checks.origin(v) in ("kafka", "earliest")})
         resets = {v.tp: v.reset_to for v in runs if v.reset_to is not None}
         ids = {v.tp: checks.logs[v.tp].topic_id for v in runs
                if checks.recorded_ids.get(v.tp) != checks.logs[v.tp].topic_id}
@@ -240,8 +241,10 @@ class OwnedPartitions:
         :data:`PUBLISHED_WAITS` (a batch retried with backoff): commit each one's table offset with
         metadata naming ``condition`` and ``detail``, for ``scg describe`` (the next batch's commit
         replaces it). A partition the tables hold nothing of yet is committed at the offset its query
-        started from (where any next owner would start it too). Other faults publish nothing. Best
-        effort: when the table or the group cannot be reached now, nothing is published."""
+        started from when that was the group's commit or the log's start, so the commit never claims
+        a record the tables lack (a start at the log's end, ``starting_offsets: latest``, is not
+        published). Other faults publish nothing. Best effort: when the table or the group cannot
+        be reached now, nothing is published."""
         waiting = [tp for tp in self.partitions if tp not in self.stopped]
         if condition not in PUBLISHED_WAITS or not waiting:
             return

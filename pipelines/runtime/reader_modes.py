@@ -27,6 +27,7 @@ from groupmgr.core import TopicPartition
 from pipelines.runtime import streaming_query as queries
 from pipelines.runtime.assigned_offsets import Assignment, Claim
 from pipelines.runtime.arrow_batches import arrow_batches
+from pipelines.runtime.pipeline_tables import batches_take_arrow_path
 from pipelines.runtime.assigned_source import (AssignedKafkaSource, AssignmentFile, assigned_source_options,
                                               reader_client_config)
 from pipelines.runtime.batch_writer import (NO_HOOKS, BatchGate, BatchHooks, BatchReport, BatchWriter, TableTargets,
@@ -435,9 +436,9 @@ class FollowingQuery(ReaderMode):
         interval_ms = BACKFILL_TRIGGER_MS if self.backfill is not None else ctx.config.trigger.processing_time_ms
         options = assigned_source_options(ctx.config.kafka.confluent_config(), self.assignment_file.path,
                                           ctx.config.source, self.task_slots, interval_ms)
-        prepare = None if ctx.tables.routing is not None or ctx.tables.changes is not None else arrow_batches(
-            ctx.spark, ctx.tables.record_format, ctx.config.transform, reader_client_config(options),
-            lambda: self.task_slots)
+        prepare = arrow_batches(ctx.spark, ctx.tables.record_format, ctx.config.transform,
+                                reader_client_config(options), lambda: self.task_slots) \
+            if batches_take_arrow_path(ctx.config) else None
         report = ctx.report if self.backfill is None else self.backfill.reporting(ctx.report)
         writer = self._new_writer(self._targets, AssignedOffsetLog(checkpoint, ctx.fs.read_text), prepare, report)
         self.publish()

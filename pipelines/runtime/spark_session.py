@@ -248,7 +248,7 @@ def _check_executor_python(spark, arrow_path: bool = True) -> None:
         if arrow_path:
             spark.sparkContext.parallelize(range(slots), slots).mapPartitions(_import_executor_modules).collect()
         else:
-            spark.range(0, slots, 1, slots).mapInArrow(_imported_executor_modules, "ok INT").collect()
+            spark.range(0, slots, 1, slots).mapInArrow(_import_executor_modules_in_arrow_udf, "ok INT").collect()
     except Exception as exc:  # noqa: BLE001 - any failure here means executors cannot write files
         detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         missing = [m for m in EXECUTOR_MODULES if f"No module named '{m}'" in str(exc)]
@@ -259,7 +259,7 @@ def _check_executor_python(spark, arrow_path: bool = True) -> None:
             f"project's packages installed") from None
 
 
-def _imported_executor_modules(batches: Iterator) -> Iterator:
+def _import_executor_modules_in_arrow_udf(batches: Iterator) -> Iterator:
     """:func:`_import_executor_modules` as an Arrow UDF."""
     import pyarrow as pa
 

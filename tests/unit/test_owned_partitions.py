@@ -286,6 +286,17 @@ def test_a_waiting_partition_the_tables_hold_nothing_of_is_published_at_its_quer
     assert commits == [({TP: 3}, "scg:stopped:SCHEMA_REGISTRY_UNAVAILABLE: no answer")]
 
 
+def test_a_waiting_partition_started_at_the_log_s_end_is_not_published(tmp_path):
+    """``starting_offsets: latest`` skips the records before the log's end: committing that start
+    would claim records no table holds (and outlive a later change of the policy)."""
+    parts, tables, _, commits = owned(tmp_path, {TP: PartitionLog(3, 10, OLD_ID)}, starting_offsets="latest")
+    parts.assign([TP])
+    assert [v.offset for v in start(parts, tables).verdicts] == [10]
+    commits.clear()
+    parts.publish_waiting("SCHEMA_REGISTRY_UNAVAILABLE", "no answer")
+    assert commits == []
+
+
 def test_publishing_what_partitions_wait_on_is_best_effort_and_only_for_a_batch_s_own_faults(tmp_path):
     parts, tables, _, commits = owned(tmp_path, {TP: None})
     parts.assign([TP])
