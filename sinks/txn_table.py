@@ -51,11 +51,11 @@ COMMIT_ATTEMPTS = 5
 # an overwrite, which removes the files this filter selects; no row has a negative offset.
 NOTHING_REPLACED = [("offset", "=", "-1")]
 COMMIT_MARKER = "scg.commit"   # commit-info key naming one commit attempt
-# The start-up check's retry bound. deltalake retries a request for up to 180 s (retry_timeout), so
-# an endpoint that accepts connections but never answers would hold the start for three minutes;
-# with this bound it fails after one request timeout (object_store's 30 s). Batches keep the
-# default retries. A retry_timeout in the storage options wins.
+# The start-up check's retry bound when the storage options set no request timeout: half of
+# object_store's default 30 s (startup_storage_options).
 STARTUP_STORAGE_OPTIONS = {"retry_timeout": "15s"}
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|msec|s|sec|secs|seconds?|m|min|mins|minutes?)?\s*")
+_UNIT_S = {"ms": 0.001, "msec": 0.001, "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0}
 # Tables this module creates write a checkpoint every this many commits (Delta's default: 100).
 # delta-rs 1.6 answers each app-transaction lookup (two per partition per commit, and as many per
 # plan) by scanning the log since the last checkpoint: on object storage one request per commit
@@ -63,6 +63,28 @@ STARTUP_STORAGE_OPTIONS = {"retry_timeout": "15s"}
 # 239-398 ms and one lookup 6-12 ms with the default, 112-163 ms and 0.9-1.1 ms with 10 (local
 # disk: a checkpoint of 20,000 files takes 14-80 ms).
 CHECKPOINT_INTERVAL = 10
+
+
+def startup_storage_options(storage_options: Mapping[str, str]) -> dict[str, str]:
+    """``storage_options`` bounded for the start-up checks: deltalake retries a request for up to
+    180 s (``retry_timeout``), so an endpoint that accepts connections but never answers would
+    hold the start for three minutes. Unless the options set ``retry_timeout`` (in any spelling),
+    it becomes half their request ``timeout`` (object_store's default 30 s when unset or not a
+    plain number of ms, s or minutes): a request that is never answered fails the check after one
+    request timeout, without a retry. Batches keep the default retries."""
+    given = {key.lower(): value for key, value in storage_options.items()}
+    if "retry_timeout" in given:
+        return dict(storage_options)
+    timeout = _duration_s(given.get("timeout"))
+    bound = STARTUP_STORAGE_OPTIONS if timeout is None else {"retry_timeout": f"{max(1, int(timeout * 500))}ms"}
+    return {**bound, **storage_options}
+
+
+def _duration_s(text: str | None) -> float | None:
+    match = _DURATION.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        return None
+    return float(match.group(1)) * _UNIT_S.get(match.group(2) or "s", 1.0)
 
 
 class SinkError(ScgError):
@@ -215,11 +237,10 @@ class TxnDeltaTable:
             raise StorageUnavailable(self.path, exc) from None
 
     def check_storage(self) -> None:
-        """:meth:`snapshot` once with the start-up retry bound (:data:`STARTUP_STORAGE_OPTIONS`):
+        """:meth:`snapshot` once with the start-up retry bound (:func:`startup_storage_options`):
         the table is read (or created), or StorageUnavailable is raised within about one request
         timeout (30 s unless the storage options set another)."""
-        given = {key.lower() for key in self.storage_options}
-        bounded = {**{k: v for k, v in STARTUP_STORAGE_OPTIONS.items() if k not in given}, **self.storage_options}
+        bounded = startup_storage_options(self.storage_options)
         TxnDeltaTable(self.path, self.app_id, self.schema, self.partition_by, bounded).snapshot()
 
     def delta_schema(self) -> dict:

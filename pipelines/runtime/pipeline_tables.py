@@ -35,7 +35,7 @@ from pipelines.runtime.records import HEADERS, RecordFormat, classify, dead_lett
 from pipelines.runtime.registry_client import RegistrySettings, process_registry
 from pipelines.runtime.routing import Routing, routed
 from pipelines.runtime.schema_follower import BatchSchema, SchemaFollower
-from sinks.txn_table import STARTUP_STORAGE_OPTIONS, StorageUnavailable, TxnDeltaTable
+from sinks.txn_table import StorageUnavailable, TxnDeltaTable, startup_storage_options
 from sinks.upsert_table import UpsertDeltaTable
 
 COORDINATE_COLUMNS = ("topic", "partition", "offset")
@@ -326,8 +326,7 @@ def add_new_columns(table: TxnDeltaTable) -> list[str]:
     wanted = [table.schema.field(name) for name in ADDED_COLUMNS if name in table.schema.names]
     if not wanted:
         return []
-    given = {key.lower() for key in table.storage_options}
-    options = {**{k: v for k, v in STARTUP_STORAGE_OPTIONS.items() if k not in given}, **table.storage_options}
+    options = startup_storage_options(table.storage_options)
     for attempt in range(UPGRADE_ATTEMPTS):
         try:
             existing = DeltaTable(table.path, storage_options=options)

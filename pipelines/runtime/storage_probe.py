@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from sinks.txn_table import STARTUP_STORAGE_OPTIONS, StorageUnavailable, storage_error_reason
+from sinks.txn_table import StorageUnavailable, startup_storage_options, storage_error_reason
 
 
 def check_writable(table_uri: str, storage_options: Mapping[str, str]) -> str:
@@ -29,8 +29,7 @@ def check_writable(table_uri: str, storage_options: Mapping[str, str]) -> str:
         return f"not there yet; {parent} is writable, the member creates it"
     from sinks.table_file_systems import delta_file_system
 
-    given = {key.lower() for key in storage_options}
-    options = {**{k: v for k, v in STARTUP_STORAGE_OPTIONS.items() if k not in given}, **storage_options}
+    options = startup_storage_options(storage_options)
     probe = f"_scg_check_{uuid.uuid4().hex}.parquet"
     written = False
     try:

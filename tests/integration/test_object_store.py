@@ -218,7 +218,8 @@ def silent_endpoint():
 def test_unusable_storage_is_a_named_error_before_joining(fault, bootstrap, s3, tmp_path, unique_name, request):
     """``scg run`` ends with exit 1 and one ``[STORAGE_UNAVAILABLE]`` line: no traceback, no
     secret, nothing joins the group. A hung endpoint is given up after its first unanswered request
-    (the start-up check's retry bound), not retried for deltalake's default three minutes."""
+    (the start-up check's retry bound, half the request timeout the options set: 5 s here), not
+    retried for deltalake's default three minutes."""
     topic = unique_name
     create_topic(bootstrap, topic, 1)
     bucket = f"scg-missing-{uuid.uuid4().hex[:8]}" if fault == "missing_bucket" else _bucket(s3)
@@ -226,7 +227,8 @@ def test_unusable_storage_is_a_named_error_before_joining(fault, bootstrap, s3, 
     endpoint = {"endpoint_down": f"http://127.0.0.1:{free_port()}",
                 "endpoint_silent": silent and silent.url}.get(fault)
     secret = WRONG_SECRET if fault == "wrong_secret" else SECRET_KEY
-    path = _pipeline(tmp_path / "pipeline.yaml", s3, bootstrap, topic, unique_name, bucket, endpoint=endpoint)
+    path = _pipeline(tmp_path / "pipeline.yaml", s3, bootstrap, topic, unique_name, bucket, endpoint=endpoint,
+                     storage_extra="  options: {timeout: 5s}\n" if silent is not None else "")
 
     result = _scg("run", path, env=S3Server.credentials_env(secret=secret))
 

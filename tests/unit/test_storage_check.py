@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from sinks.txn_table import STARTUP_STORAGE_OPTIONS, TxnDeltaTable
+from sinks.txn_table import STARTUP_STORAGE_OPTIONS, TxnDeltaTable, startup_storage_options
 
 SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
 
@@ -48,3 +48,16 @@ def test_a_retry_timeout_the_user_set_wins_in_any_spelling(opened, key):
     table.check_storage()
     assert opened == [{key: "90s"}]
     assert table.storage_options == {key: "90s"}          # the table's own options are unchanged
+
+
+@pytest.mark.parametrize(("timeout", "bound"), [("5s", "2500ms"), ("5 seconds", "2500ms"), ("500ms", "250ms"),
+                                                ("1m", "30000ms"), ("2.5s", "1250ms"), ("1ms", "1ms")])
+def test_a_request_timeout_the_user_set_halves_into_the_retry_bound(timeout, bound):
+    """An unanswered request fails the check after one request timeout: no retry starts after it."""
+    assert startup_storage_options({"timeout": timeout}) == {"retry_timeout": bound, "timeout": timeout}
+    assert startup_storage_options({"TIMEOUT": timeout})["retry_timeout"] == bound
+
+
+@pytest.mark.parametrize("timeout", ["soon", "", "5h", "-5s"])
+def test_a_timeout_that_is_not_a_plain_duration_keeps_the_default_bound(timeout):
+    assert startup_storage_options({"timeout": timeout}) == {**STARTUP_STORAGE_OPTIONS, "timeout": timeout}
