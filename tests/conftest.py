@@ -24,7 +24,7 @@ from pipelines.local.local_kafka import LocalKafka
 HERE = Path(__file__).resolve().parent
 # Every JVM the tests start (brokers, Spark drivers and their executors, the object store, the
 # registry) compiles with C1 only: these JVMs live for seconds to minutes on little data, and C2's
-# compilations were a quarter of the suite's CPU. What the tests check does not depend on it; the
+# compilations cost about a quarter of the suite's CPU. What the tests check does not depend on it; the
 # benchmarks (bench/) never set it. A JAVA_TOOL_OPTIONS of the caller's is kept as it is.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 # fixtures that start a JVM (here and in tests/integration/conftest.py), directly or through another
