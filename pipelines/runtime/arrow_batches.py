@@ -32,8 +32,9 @@ from pipelines.runtime.arrow_records import BlockDecoder, FramedBlockDecoder, ar
 from pipelines.runtime.assigned_offsets import task_groups
 from pipelines.runtime.batch_writer import (BatchRows, DeadLetterDecisions, PlannedWrite, SparkBatch,
                                            write_both_tables)
-from pipelines.runtime.kafka_range_reader import cyclic_gc_paused, read_range
+from pipelines.runtime.kafka_range_reader import read_range
 from pipelines.runtime.records import DEAD_LETTER, OUTPUT, RecordFormat
+from pipelines.runtime.task_gc import task_gc
 from sinks.data_files import WrittenFiles
 
 
@@ -55,10 +56,10 @@ class RangesTasks:
 def write_ranges(tasks: RangesTasks, numbers: Iterable[int]) -> Iterator[dict]:
     """One Spark task (an executor's Python worker): for each group number it is given, read that
     group's ranges, write both tables' files, and yield their metadata rows named by table.
-    Python's cyclic garbage collector is paused meanwhile
-    (:func:`~pipelines.runtime.kafka_range_reader.cyclic_gc_paused`)."""
+    Python's cyclic garbage collector is paused meanwhile, and the worker's long-lived objects
+    frozen after its first task (:func:`~pipelines.runtime.task_gc.task_gc`)."""
     decoder = block_decoder(tasks.fmt)
-    with cyclic_gc_paused():
+    with task_gc():
         for number in numbers:
             for metadata in _write_group(tasks, decoder, tasks.groups[number]):
                 yield from metadata.to_pylist()

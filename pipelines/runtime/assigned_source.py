@@ -41,8 +41,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.assigned_offsets import (INITIAL, Assignment, RateLimits, SourceOffset, batch_ranges,
                                                 delay_batch, plan_next, task_groups)
-from pipelines.runtime.kafka_range_reader import KafkaDataLoss, LogEndsUnavailable, cyclic_gc_paused, read_range
+from pipelines.runtime.kafka_range_reader import KafkaDataLoss, LogEndsUnavailable, read_range
 from pipelines.runtime.records import kafka_row_ddl
+from pipelines.runtime.task_gc import task_gc
 
 SOURCE_NAME = "scg-kafka"
 ASSIGNMENT_OPTION = "assignmentFile"
@@ -276,7 +277,7 @@ class AssignedKafkaReader(DataSourceStreamReader):
 
     # -- reading (executors) ----------------------------------------------------------------------
     def read(self, partition: RangesPartition):
-        with cyclic_gc_paused():
+        with task_gc():
             for rng in partition.ranges:
                 yield from read_range(self.client_config, rng, headers=self.headers)
 

@@ -28,8 +28,6 @@ Guarantees, offsets being next-offset-to-read (docs/DESIGN.md, invariant 2):
 from __future__ import annotations
 
 import atexit
-import contextlib
-import gc
 import logging
 import os
 import threading
@@ -194,23 +192,6 @@ def _close_quietly(consumer) -> None:
         consumer.close()
     except Exception:  # noqa: BLE001 - closing a consumer nobody will use again
         pass
-
-
-@contextlib.contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while the block runs, and restore it after as it
-    was (also when the block raises). A task reading Kafka creates tens of thousands of tracked
-    objects per block (messages, timestamp pairs, decoded values) that live until the block
-    becomes Arrow columns; the collector's passes over them find nothing to free (reference
-    counting frees them) and cost about a third of the task's CPU (docs/performance.md).
-    Garbage in a reference cycle is collected once the collector runs again."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def read_range(client_config: Mapping[str, object], rng: OffsetRange, *, headers: bool = False,
