@@ -28,10 +28,13 @@ on a snapshot of its own.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
+import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -290,7 +293,7 @@ class TxnDeltaTable:
         partitions = sorted(set(partitions))
         for _ in range(COMMIT_ATTEMPTS):
             table = self.snapshot()
-            epochs = {tp: (table.transaction_version(self.owner_app_id(tp)) or 0) + 1
+            epochs = {tp: (_transaction_version(table, self.owner_app_id(tp)) or 0) + 1
                       for tp in partitions}
             txns = [self._txn(self.owner_app_id(tp), e) for tp, e in epochs.items()]
             if not txns or self._try_commit(table, (), txns, uuid.uuid4().hex):
@@ -385,7 +388,7 @@ class TxnDeltaTable:
         partition claimed since by another member, one nobody claimed (no owner recorded), or one
         the writer holds no epoch for (it never claimed it), even when the table records none."""
         for rng in ranges:
-            recorded = table.transaction_version(self.owner_app_id(rng.tp))
+            recorded = _transaction_version(table, self.owner_app_id(rng.tp))
             ours = epochs.get(rng.tp)
             if ours is None or recorded != ours:
                 raise FencedWriterError(self.path, rng.tp, -1 if ours is None else ours, recorded)
@@ -393,7 +396,7 @@ class TxnDeltaTable:
     def _plan(self, table: DeltaTable, ranges: Sequence[OffsetRange]) -> CommitPlan:
         keep_from, versions, replayed = {}, {}, []
         for rng in ranges:
-            recorded = table.transaction_version(self.offset_app_id(rng.tp))
+            recorded = _transaction_version(table, self.offset_app_id(rng.tp))
             if recorded is not None and recorded >= rng.end:
                 replayed.append(rng.tp)
                 continue
@@ -492,4 +495,41 @@ def _versions(table: DeltaTable, app_id_of: Callable[[TopicPartition], str],
               partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
     """Each partition's version of its transaction ``app_id_of(tp)`` in ``table``'s snapshot
     (None: never recorded)."""
-    return {tp: table.transaction_version(app_id_of(tp)) for tp in partitions}
+    return {tp: _transaction_version(table, app_id_of(tp)) for tp in partitions}
+
+
+_ASKED: dict[int, tuple[weakref.ref, int, dict[str, int | None]]] = {}  # by id(snapshot): DeltaTable is unhashable
+_ASKED_LOCK = threading.RLock()  # a snapshot collected while it is held forgets itself
+
+
+def _transaction_version(table: DeltaTable, app_id: str) -> int | None:
+    """``table.transaction_version(app_id)``, asked of delta-rs once per snapshot object and
+    version: each call replays the log's transactions (about a millisecond on a small table,
+    more behind a large checkpoint), and a batch looks up the same owner and offset
+    transactions when it plans and again when it commits on the same snapshot. A version's
+    transactions never change; a snapshot brought to a new version asks again. The answers go
+    with the snapshot object."""
+    version = table.version()
+    with _ASKED_LOCK:
+        ref, asked_version, answers = _ASKED.get(id(table), (None, None, {}))
+        if ref is not None and ref() is table and asked_version == version and app_id in answers:
+            return answers[app_id]
+    found = table.transaction_version(app_id)
+    if table.version() != version:  # brought up to date meanwhile: the answer is of either version
+        return found
+    with _ASKED_LOCK:
+        ref, asked_version, answers = _ASKED.get(id(table), (None, None, {}))
+        if ref is None or ref() is not table:
+            ref = weakref.ref(table, functools.partial(_forget_asked, id(table)))
+            asked_version = None
+        if asked_version != version:
+            answers = {}
+        _ASKED[id(table)] = (ref, version, answers)
+        answers[app_id] = found
+    return found
+
+
+def _forget_asked(key: int, gone: weakref.ref) -> None:
+    with _ASKED_LOCK:
+        if key in _ASKED and _ASKED[key][0] is gone:
+            del _ASKED[key]
