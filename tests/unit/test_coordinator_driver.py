@@ -1,0 +1,41 @@
+"""A member whose batches take the Arrow path starts its driver JVM with C1 only (no record
+passes through that JVM); any other member's driver keeps the JVM's default compilers."""
+import pytest
+
+from pipelines.cli import run_member
+from pipelines.config.load import load_pipeline
+from pipelines.runtime import kafka_access, spark_session
+from pipelines.runtime.spark_session import COORDINATOR_JAVA_OPTIONS, local_submit_args
+from tests.support.kafka_data import write_pipeline
+
+
+def test_the_submit_arguments_carry_c1_only_when_no_row_enters_the_jvm():
+    assert COORDINATOR_JAVA_OPTIONS == "-XX:TieredStopAtLevel=1"
+    assert COORDINATOR_JAVA_OPTIONS in local_submit_args(rows_in_jvm=False)
+    assert "TieredStopAtLevel" not in local_submit_args(rows_in_jvm=True)
+    assert local_submit_args(rows_in_jvm=False).endswith("pyspark-shell")
+
+
+class _SessionAsked(Exception):
+    pass
+
+
+@pytest.mark.parametrize("reader, extra, rows_in_jvm", [
+    (None, "", False),                                       # scg-kafka, no transform: the Arrow path
+    (None, "transform: SELECT * FROM input\n", True),       # the Spark SQL path
+    ("spark-kafka", "", True),                               # Spark's Kafka source
+])
+def test_run_asks_for_the_driver_its_batches_need(tmp_path, monkeypatch, reader, extra, rows_in_jvm):
+    path = write_pipeline(tmp_path / "p.yaml", "127.0.0.1:9", "t", "g", tmp_path, reader=reader,
+                          extra='format: {type: json, schema: "id BIGINT, name STRING"}\n' + extra)
+    asked = {}
+
+    def session(app_name, settings=None, rows_in_jvm=True):
+        asked["rows_in_jvm"] = rows_in_jvm
+        raise _SessionAsked
+
+    monkeypatch.setattr(kafka_access, "check_kafka_access", lambda *args, **kwargs: None)
+    monkeypatch.setattr(spark_session, "get_or_create_spark", session)
+    with pytest.raises(_SessionAsked):
+        run_member.run_pipeline(load_pipeline(path), out=lambda line: None)
+    assert asked == {"rows_in_jvm": rows_in_jvm}
