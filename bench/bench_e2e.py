@@ -21,7 +21,8 @@ ceiling the workers' own CPU; reported per million records.
 Parts (each Spark driver is a fresh subprocess, bench/e2e_case.py, so memory peaks start at zero):
 
 1. throughput on ``local[2]``: 1M × ~200 B and 600k × ~1 KB JSON records, 12 partitions,
-   ``--reps`` interleaved repetitions (the order rotates), median reported; records/s, MB/s of
+   ``--reps`` interleaved repetitions (the order rotates), median reported; the Arrow path runs in
+   a driver of its own, started as ``scg run`` starts it (C1 only: no record enters its JVM); records/s, MB/s of
    record values, CPU seconds per million records, ratios to plain Spark, to noop and (the Arrow
    path) to the two-process raw ceiling, median Delta commit time per batch, and where the time of
    this path's batches goes (bench-only timers around the batch writer's steps); the raw ceiling
@@ -80,6 +81,7 @@ MEMORY_SMALL_BATCH = 100_000                              # ~100 MB
 DRIVER_SETTINGS = {"spark.driver.maxResultSize": "32m"}   # default driver heap (no spark.driver.memory)
 WORKER_MEMORY, EXECUTOR_MEMORY = "2g", "1g"
 VARIANTS = ("noop", "spark_delta", "scg", "scg_follow", "scg_sql")
+ARROW_VARIANTS = ("scg_follow",)  # run in a driver of their own, started as `scg run` starts it
 RAW_PROCESSES = (1, 2)       # raw ceiling: one process over all partitions, two over half each
 
 
@@ -147,23 +149,35 @@ def run_spec(variant: str, dataset: str, label: str, topic=None, records=None, v
             "label": re.sub(r"[^A-Za-z0-9_.-]", "", label), "value_bytes": value_bytes or vb, **extra}
 
 
-def warmups() -> list[dict]:
-    """Each variant once over a small topic: JIT, class loading, Delta's and deltalake's first use."""
+def warmups(variants=VARIANTS) -> list[dict]:
+    """Each of ``variants`` once over a small topic: JIT, class loading, Delta's and deltalake's first use."""
     topic, records, vb = WARMUP
-    return [run_spec(v, "", f"warmup-{v}", topic=topic, records=records, value_bytes=vb) for v in VARIANTS]
+    return [run_spec(v, "", f"warmup-{v}", topic=topic, records=records, value_bytes=vb) for v in variants]
 
 
 # -- parts -----------------------------------------------------------------------------------------
 def throughput_local(bootstrap: str, base: Path, reps: int) -> dict:
-    runs = []
+    """Per repetition two driver processes, one after the other (which first alternates): the
+    variants whose records pass through the JVM, and the Arrow path's, whose driver is started as
+    ``scg run`` starts it (C1 only: no record enters its JVM). Within a process the order of the
+    variants rotates."""
+    merged: dict = {"master": "local[2]", "runs": [], "cases": []}
     for rep in range(reps):
         shift = rep % len(VARIANTS)
         order = VARIANTS[shift:] + VARIANTS[:shift]  # rotate so no variant always runs first
-        for dataset in DATASETS:
-            runs += [run_spec(v, dataset, f"{dataset}-{v}-r{rep}", rep=rep) for v in order]
-    spec = {"master": "local[2]", "settings": DRIVER_SETTINGS, "bootstrap": bootstrap,
-            "warmup": warmups(), "runs": runs}
-    return run_case("local", base, spec)
+        groups = [tuple(v for v in order if v not in ARROW_VARIANTS), ARROW_VARIANTS]
+        for group in (groups if rep % 2 == 0 else groups[::-1]):
+            arrow = group == ARROW_VARIANTS
+            spec = {"master": "local[2]", "settings": DRIVER_SETTINGS, "bootstrap": bootstrap,
+                    "rows_in_jvm": not arrow, "warmup": warmups(group),
+                    "runs": [run_spec(v, dataset, f"{dataset}-{v}-r{rep}", rep=rep)
+                             for dataset in DATASETS for v in group]}
+            case = run_case(f"local-{'arrow' if arrow else 'jvm'}-r{rep}", base, spec)
+            merged["runs"] += case.pop("runs")
+            merged["cases"].append(case)
+            if "error" in case:
+                merged["error"] = case["error"]
+    return merged
 
 
 def raw_ceiling_part(bootstrap: str, reps: int) -> list[dict]:

@@ -5,8 +5,9 @@ standalone master), its own driver JVM, and peak-memory counters (VmHWM) that st
 
     python bench/e2e_case.py SPEC.json OUT.json
 
-SPEC holds ``master``, ``settings`` (extra Spark settings), ``bootstrap``, ``base`` (scratch
-directory), ``warmup`` (run specs, not reported) and ``runs``: a list of run specs
+SPEC holds ``master``, ``settings`` (extra Spark settings), ``rows_in_jvm`` (false: the driver
+starts as ``scg run`` starts an Arrow-path member's, C1 only; default true), ``bootstrap``,
+``base`` (scratch directory), ``warmup`` (run specs, not reported) and ``runs``: a list of run specs
 ``{"variant": "noop"|"spark_delta"|"scg"|"scg_follow"|"scg_sql", "topic", "records", "max_offsets",
 "label", "stop_after_batches"?}``. Each run reads ``topic`` from the earliest offset to its end
 (``max_offsets`` records per micro-batch). OUT receives one JSON object: a result per run (seconds,
@@ -346,7 +347,8 @@ def main(spec_path: str, out_path: str) -> None:
     base = Path(spec["base"])
     base.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    spark = get_or_create_spark("scg-bench", {"spark.master": spec["master"], **spec.get("settings", {})})
+    spark = get_or_create_spark("scg-bench", {"spark.master": spec["master"], **spec.get("settings", {})},
+                                rows_in_jvm=spec.get("rows_in_jvm", True))
     session_s = time.monotonic() - t0
     memory = DriverMemory(spark)
     timers = PhaseTimers()

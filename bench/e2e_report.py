@@ -228,8 +228,9 @@ def markdown(results: dict) -> str:
                   "the tasks, the Python workers), of the worker processes for the raw ceiling; the broker's "
                   "CPU is not counted. Delta commit = `BatchReport.commit_s` (the "
                   "`create_write_transaction` of both tables, files excluded). The raw ceiling runs after the "
-                  "Spark driver exits, `--reps` times per dataset; the Spark variants rotate within one driver "
-                  "process.", ""]
+                  "Spark drivers exit, `--reps` times per dataset. Per repetition the variants whose records "
+                  "pass through the JVM share one driver process (their order rotates) and the Arrow path runs "
+                  "in one of its own, started as `scg run` starts it (C1 only: no record enters its JVM).", ""]
         if local.get("error"):
             lines += [f"Local part failed: {local['error'][:500]}", ""]
         lines += ["## Where the time of this project's batches goes (local[2])", "", *phase_lines(local["runs"])]
