@@ -21,12 +21,13 @@ ceiling the workers' own CPU; reported per million records.
 Parts (each Spark driver is a fresh subprocess, bench/e2e_case.py, so memory peaks start at zero):
 
 1. throughput on ``local[2]``: 1M × ~200 B and 600k × ~1 KB JSON records, 12 partitions,
-   ``--reps`` interleaved repetitions (the order rotates), median reported; the Arrow path runs in
-   a driver of its own, started as ``scg run`` starts it (C1 only: no record enters its JVM); records/s, MB/s of
-   record values, CPU seconds per million records, ratios to plain Spark, to noop and (the Arrow
-   path) to the two-process raw ceiling, median Delta commit time per batch, and where the time of
-   this path's batches goes (bench-only timers around the batch writer's steps); the raw ceiling
-   runs ``--reps`` times per dataset after the Spark driver of this part exits;
+   ``--reps`` interleaved repetitions (the order rotates), median reported; the Arrow path runs
+   in a driver of its own, started as ``scg run`` starts it (C1 only: no record enters its JVM);
+   records/s, MB/s of record values, CPU seconds per million records, ratios to plain Spark, to
+   noop and (the Arrow path) to the two-process raw ceiling, median Delta commit time per batch,
+   and where the time of this path's batches goes (bench-only timers around the batch writer's
+   steps); the raw ceiling runs ``--reps`` times per dataset after the Spark drivers of this part
+   exit;
 2. driver memory: one ~100 MB batch vs one ~1 GB batch (``max_offsets_per_trigger`` sized for it),
    ``spark.driver.maxResultSize=32m``, Spark's default driver heap; peak RSS (VmHWM) of the driver's
    Python process and of its JVM, on ``local[2]`` (the JVM there also runs the tasks) and on a

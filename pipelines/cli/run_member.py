@@ -39,7 +39,7 @@ def run_pipeline(config: PipelineConfig, stop: threading.Event | None = None,
     After a SIGINT/SIGTERM the process exits within ``shutdown_grace_s`` seconds, cleanly or
     through :class:`_StopOnSignals`' watchdog (module docstring)."""
     from pipelines.runtime.kafka_access import CHECK_TIMEOUT_S, check_kafka_access
-    from pipelines.runtime.pipeline_tables import batches_take_arrow_path
+    from pipelines.runtime.pipeline_tables import batches_skip_the_jvm
     from pipelines.runtime.runner import PipelineRunner
     from pipelines.runtime.spark_session import get_or_create_spark
 
@@ -55,7 +55,7 @@ def run_pipeline(config: PipelineConfig, stop: threading.Event | None = None,
                        inconclusive=lambda reason: out(f"[scg] access check inconclusive: {reason}; starting "
                                                        "anyway, the member keeps trying"))
     spark = get_or_create_spark(f"scg-{config.name}", config.spark_conf(),
-                                rows_in_jvm=not batches_take_arrow_path(config))
+                                rows_in_jvm=not batches_skip_the_jvm(config))
     runner = PipelineRunner.open(config, spark, out=runner_out, **runner_options)
     with _StopOnSignals(stop, shutdown_grace_s, out):
         runner.run(stop)

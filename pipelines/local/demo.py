@@ -93,12 +93,12 @@ def produce_events(bootstrap: str, topic: str, count: int, seed: int = 7) -> Non
 
 
 def _run_until_complete(config, expected: int) -> int:
-    from pipelines.runtime.pipeline_tables import batches_take_arrow_path
+    from pipelines.runtime.pipeline_tables import batches_skip_the_jvm
     from pipelines.runtime.runner import PipelineRunner
     from pipelines.runtime.spark_session import get_or_create_spark
 
     say("starting Spark with Delta Lake and the Kafka source ...")
-    spark = get_or_create_spark("scg-demo", config.spark_conf(), rows_in_jvm=not batches_take_arrow_path(config))
+    spark = get_or_create_spark("scg-demo", config.spark_conf(), rows_in_jvm=not batches_skip_the_jvm(config))
     say("Spark is up; preparing the Delta tables")
     runner = PipelineRunner.open(config, spark, out=lambda line: print(line, flush=True))
     done = _all_recorded(config, expected)

@@ -100,9 +100,15 @@ def arrow_decodable(fmt: RecordFormat) -> bool:
     """Whether records of ``fmt`` are decoded in Arrow: raw values and JSON whose fields are all
     of :data:`BLOCK_TYPES` by :class:`BlockDecoder`, Avro and Protobuf by
     :class:`FramedBlockDecoder`."""
-    if fmt.kind in ("raw", "avro", "protobuf"):
+    return decodable_in_arrow(fmt.kind, fmt.schema_ddl)
+
+
+def decodable_in_arrow(kind: str, schema_ddl: str | None) -> bool:
+    """:func:`arrow_decodable` for a format of ``kind`` (json, raw, avro, protobuf) whose JSON
+    schema is ``schema_ddl``."""
+    if kind in ("raw", "avro", "protobuf"):
         return True
-    return fmt.kind == "json" and all(f.type_name in BLOCK_TYPES for f in schema_fields(fmt.schema_ddl))
+    return kind == "json" and all(f.type_name in BLOCK_TYPES for f in schema_fields(schema_ddl or ""))
 
 
 # -- one value: the reference --------------------------------------------------------------------

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from groupmgr.core import ExitCategory, ScgError
 
+from pipelines.runtime.arrow_records import decodable_in_arrow
 from pipelines.runtime.avro_types import AvroFormat
 from pipelines.runtime.batch_writer import apply_transform
 from pipelines.runtime.changes import (ChangeSpec, EnvelopeError, RowColumnClash, change_rows, classified_changes,
@@ -163,6 +164,15 @@ def batches_take_arrow_path(config: PipelineSpec) -> bool:
     :func:`~pipelines.runtime.arrow_batches.arrow_batches`)."""
     return (config.source.reader == "scg-kafka" and not config.transform
             and pipeline_routing(config) is None and pipeline_changes(config) is None)
+
+
+def batches_skip_the_jvm(config: PipelineSpec) -> bool:
+    """Whether no record of ``config``'s batches passes through the driver's JVM, as far as the
+    pipeline file says: they take the one-pass Arrow path (:func:`batches_take_arrow_path`) and
+    its records are decoded in Arrow (:func:`~pipelines.runtime.arrow_records.decodable_in_arrow`).
+    A batch the Arrow path hands to Spark SQL after all (a retry after the dead-letter commit)
+    still runs, only slower."""
+    return batches_take_arrow_path(config) and decodable_in_arrow(config.format.type, config.format.schema_ddl())
 
 
 def record_format(config: PipelineSpec, reader_text: str | None = None) -> RecordFormat:

@@ -20,8 +20,7 @@ RUNTIME_SETTINGS = {
     "spark.sql.session.timeZone": "UTC",
 }
 # A driver JVM that holds no record only plans, schedules and writes the checkpoint: C2's
-# compilations of that code cost more CPU than they save (a member writing 100 records/s in
-# batches of 500 ms: 0.25 CPU-s per batch with C2, 0.18 with C1 only; first batch 14 s -> 10 s)
+# compilations of that code cost more CPU than they save (docs/performance.md)
 COORDINATOR_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 KAFKA_SOURCE_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 # Source options Spark must redact in plans, progress and event logs, besides its own defaults

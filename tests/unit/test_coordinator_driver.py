@@ -20,14 +20,18 @@ class _SessionAsked(Exception):
     pass
 
 
+JSON_BLOCKS = 'format: {type: json, schema: "id BIGINT, name STRING"}\n'
+
+
 @pytest.mark.parametrize("reader, extra, rows_in_jvm", [
-    (None, "", False),                                       # scg-kafka, no transform: the Arrow path
-    (None, "transform: SELECT * FROM input\n", True),       # the Spark SQL path
-    ("spark-kafka", "", True),                               # Spark's Kafka source
+    (None, JSON_BLOCKS, False),                                          # the Arrow path
+    (None, "format: {type: raw}\n", False),                              # the Arrow path, raw values
+    (None, JSON_BLOCKS + "transform: SELECT * FROM input\n", True),      # the Spark SQL path
+    (None, 'format: {type: json, schema: "id BIGINT, at TIMESTAMP"}\n', True),  # JSON Arrow cannot decode
+    ("spark-kafka", JSON_BLOCKS, True),                                  # Spark's Kafka source
 ])
 def test_run_asks_for_the_driver_its_batches_need(tmp_path, monkeypatch, reader, extra, rows_in_jvm):
-    path = write_pipeline(tmp_path / "p.yaml", "127.0.0.1:9", "t", "g", tmp_path, reader=reader,
-                          extra='format: {type: json, schema: "id BIGINT, name STRING"}\n' + extra)
+    path = write_pipeline(tmp_path / "p.yaml", "127.0.0.1:9", "t", "g", tmp_path, reader=reader, extra=extra)
     asked = {}
 
     def session(app_name, settings=None, rows_in_jvm=True):
