@@ -63,8 +63,9 @@ def test_later_tasks_freeze_nothing_so_their_cycles_stay_collectable():
         pass
     frozen = gc.get_freeze_count()
     with task_gc():
-        cycle = weakref.ref(Node())
+        node = Node()  # alive when the task ends: frozen there, it would never be collected
+        cycle = weakref.ref(node)
     assert gc.get_freeze_count() == frozen
-    assert cycle() is not None
+    del node
     gc.collect()  # what PySpark's daemon runs after every task
     assert cycle() is None
