@@ -803,7 +803,9 @@ class PipelineConfig(_PicklableMappings):
         "Must be outside both tables.", default="`<sink.path>_checkpoints`"))
     spark: Mapping[str, str | Secret] = field(default_factory=lambda: EMPTY, metadata=key_doc(
         "spark", SETTINGS, "{spark.sql.shuffle.partitions: 4}", "Spark session settings",
-        "Applied when the member builds its session. Under spark-submit the master, jars and JVM "
+        "Applied when the member builds its session. `spark.driver.extraJavaOptions` goes on the "
+        "driver JVM's command line after the member's own options (C1 only for a member whose "
+        "batches take the Arrow path), so its flags win. Under spark-submit the master, jars and JVM "
         "options are spark-submit's. Settings the `storage` section makes are refused here.",
         default="none"))
     metrics: MetricsConfig = field(default=MetricsConfig(), metadata=key_doc(

@@ -7,6 +7,7 @@ session is created with the jars bin/bootstrap resolved, so no network is needed
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Callable, Iterator, Mapping
 
@@ -22,6 +23,7 @@ RUNTIME_SETTINGS = {
 # A driver JVM that holds no record only plans, schedules and writes the checkpoint: C2's
 # compilations of that code cost more CPU than they save (docs/performance.md)
 COORDINATOR_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+DRIVER_JAVA_OPTIONS_SETTING = "spark.driver.extraJavaOptions"
 KAFKA_SOURCE_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 # Source options Spark must redact in plans, progress and event logs, besides its own defaults
 # (spark.redaction.regex matches secret|password|token|access.key in a key or a value): the
@@ -96,16 +98,19 @@ def get_or_create_spark(app_name: str, settings: Mapping[str, str] | None = None
     else:
         merged = {**LOCAL_DEFAULTS, **(settings or {}), **DELTA_SETTINGS}
         merged["spark.jars"] = ",".join(str(j) for j in jar_files("spark"))
-        os.environ.setdefault("PYSPARK_SUBMIT_ARGS", local_submit_args(rows_in_jvm))
+        os.environ.setdefault("PYSPARK_SUBMIT_ARGS",
+                              local_submit_args(rows_in_jvm, merged.get(DRIVER_JAVA_OPTIONS_SETTING, "")))
     for key, value in merged.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 
 
-def local_submit_args(rows_in_jvm: bool = True) -> str:
+def local_submit_args(rows_in_jvm: bool = True, user_java_options: str = "") -> str:
     """``PYSPARK_SUBMIT_ARGS`` for a member's driver started from this process
-    (:func:`get_or_create_spark`'s ``rows_in_jvm``)."""
-    return submit_args("" if rows_in_jvm else COORDINATOR_JAVA_OPTIONS)
+    (:func:`get_or_create_spark`'s ``rows_in_jvm``). ``user_java_options``: the pipeline's
+    ``spark.driver.extraJavaOptions``, placed last so that its flags win; spark-submit drops that
+    setting when ``--driver-java-options`` is given, so it goes there."""
+    return submit_args(" ".join(o for o in ("" if rows_in_jvm else COORDINATOR_JAVA_OPTIONS, user_java_options) if o))
 
 
 def submit_args(extra_java_options: str = "") -> str:
@@ -118,7 +123,7 @@ def submit_args(extra_java_options: str = "") -> str:
     log4j = conf_dir() / "spark-log4j2.properties"
     options = " ".join(o for o in (f"-Dlog4j2.configurationFile={log4j}", driver_java_options(),
                                    extra_java_options) if o)
-    return f'--driver-java-options "{options}" pyspark-shell'
+    return f"--driver-java-options {shlex.quote(options)} pyspark-shell"  # pyspark splits it with shlex
 
 
 def _running_under_spark_submit() -> bool:

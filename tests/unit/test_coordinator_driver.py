@@ -43,3 +43,14 @@ def test_run_asks_for_the_driver_its_batches_need(tmp_path, monkeypatch, reader,
     with pytest.raises(_SessionAsked):
         run_member.run_pipeline(load_pipeline(path), out=lambda line: None)
     assert asked == {"rows_in_jvm": rows_in_jvm}
+
+
+def test_the_pipeline_s_driver_java_options_come_last_and_survive_quoting():
+    import shlex
+
+    args = shlex.split(local_submit_args(rows_in_jvm=False, user_java_options='-Dscg.probe="a b" -XX:TieredStopAtLevel=4'))
+    assert args[0] == "--driver-java-options" and args[-1] == "pyspark-shell"
+    options = args[1]
+    assert options.endswith('-Dscg.probe="a b" -XX:TieredStopAtLevel=4')  # the user's flags win over C1
+    assert options.index(COORDINATOR_JAVA_OPTIONS) < options.index("-Dscg.probe")
+    assert "log4j2.configurationFile" in options
