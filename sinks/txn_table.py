@@ -66,6 +66,7 @@ _UNIT_S = {"ms": 0.001, "msec": 0.001, "m": 60.0, "min": 60.0, "mins": 60.0, "mi
 # 239-398 ms and one lookup 6-12 ms with the default, 112-163 ms and 0.9-1.1 ms with 10 (local
 # disk: a checkpoint of 20,000 files takes 14-80 ms).
 CHECKPOINT_INTERVAL = 10
+_sleep = time.sleep  # the pause between commit attempts (a test replaces it, not time.sleep)
 
 
 def startup_storage_options(storage_options: Mapping[str, str]) -> dict[str, str]:
@@ -368,7 +369,7 @@ class TxnDeltaTable:
                 return CommitResult(self._committed_version(table, marker), written.rows_written,
                                     written.rows_skipped, decided.replayed,
                                     time.monotonic() - commit_started, written.counts)
-            time.sleep(0.05 * (attempt + 1))
+            _sleep(0.05 * (attempt + 1))
         raise SinkError(f"{self.path}: commit kept conflicting after {COMMIT_ATTEMPTS} attempts")
 
     # -- internals -----------------------------------------------------------------------------
@@ -508,28 +509,27 @@ def _transaction_version(table: DeltaTable, app_id: str) -> int | None:
     more behind a large checkpoint), and a batch looks up the same owner and offset
     transactions when it plans and again when it commits on the same snapshot. A version's
     transactions never change; a snapshot brought to a new version asks again. The answers go
-    with the snapshot object."""
+    with the snapshot object: its entry is dropped when it is collected (a weak reference's
+    callback, which runs before its id can be reused)."""
     version = table.version()
     with _ASKED_LOCK:
-        ref, asked_version, answers = _ASKED.get(id(table), (None, None, {}))
-        if ref is not None and ref() is table and asked_version == version and app_id in answers:
-            return answers[app_id]
+        entry = _ASKED.get(id(table))
+        if entry is not None and entry[1] == version and app_id in entry[2]:
+            return entry[2][app_id]
     found = table.transaction_version(app_id)
     if table.version() != version:  # brought up to date meanwhile: the answer is of either version
         return found
     with _ASKED_LOCK:
-        ref, asked_version, answers = _ASKED.get(id(table), (None, None, {}))
-        if ref is None or ref() is not table:
-            ref = weakref.ref(table, functools.partial(_forget_asked, id(table)))
-            asked_version = None
-        if asked_version != version:
-            answers = {}
-        _ASKED[id(table)] = (ref, version, answers)
-        answers[app_id] = found
+        entry = _ASKED.get(id(table))
+        if entry is None:
+            entry = (weakref.ref(table, functools.partial(_forget_asked, id(table))), version, {})
+        elif entry[1] != version:
+            entry = (entry[0], version, {})
+        _ASKED[id(table)] = entry
+        entry[2][app_id] = found
     return found
 
 
-def _forget_asked(key: int, gone: weakref.ref) -> None:
+def _forget_asked(key: int, _gone: weakref.ref) -> None:
     with _ASKED_LOCK:
-        if key in _ASKED and _ASKED[key][0] is gone:
-            del _ASKED[key]
+        _ASKED.pop(key, None)

@@ -486,7 +486,7 @@ def test_a_conflicting_commit_is_retried_after_a_growing_pause(table, monkeypatc
     epochs = table.claim([T0])
     pauses, attempts = [], []
     real = TxnDeltaTable._try_commit
-    monkeypatch.setattr(txn_table.time, "sleep", pauses.append)
+    monkeypatch.setattr(txn_table, "_sleep", pauses.append)  # not time.sleep: other threads (py4j) sleep too
     monkeypatch.setattr(TxnDeltaTable, "_try_commit",
                         lambda self, *a, **k: attempts.append(1) is None and len(attempts) > 2 and real(self, *a, **k))
     result = table.commit(rows(T0, range(2)), [OffsetRange("t", 0, 0, 2)], epochs)

@@ -34,6 +34,7 @@ def test_one_call_per_version_and_app_id():
     assert [_transaction_version(table, "a") for _ in range(3)] == [3, 3, 3]
     assert _transaction_version(table, "b") is None
     assert _transaction_version(table, "b") is None
+    assert _transaction_version(table, "a") == 3  # b's answer kept a's
     assert table.asked == ["a", "b"]
 
 
@@ -41,6 +42,7 @@ def test_a_new_version_asks_again():
     table = FakeSnapshot(7, {"a": 3})
     assert _transaction_version(table, "a") == 3
     table.at, table.txns["a"] = 8, 5  # update_incremental brought in a commit
+    assert _transaction_version(table, "a") == 5
     assert _transaction_version(table, "a") == 5
     assert table.asked == ["a", "a"]
 
