@@ -65,7 +65,7 @@ def test_later_tasks_freeze_nothing_so_their_cycles_stay_collectable():
     with task_gc():
         node = Node()  # alive when the task ends: frozen there, it would never be collected
         cycle = weakref.ref(node)
-    assert gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() <= frozen  # frozen objects freed meanwhile lower it
     del node
     gc.collect()  # what PySpark's daemon runs after every task
     assert cycle() is None
