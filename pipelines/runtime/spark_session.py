@@ -98,19 +98,19 @@ def get_or_create_spark(app_name: str, settings: Mapping[str, str] | None = None
     else:
         merged = {**LOCAL_DEFAULTS, **(settings or {}), **DELTA_SETTINGS}
         merged["spark.jars"] = ",".join(str(j) for j in jar_files("spark"))
-        os.environ.setdefault("PYSPARK_SUBMIT_ARGS",
-                              local_submit_args(rows_in_jvm, merged.get(DRIVER_JAVA_OPTIONS_SETTING, "")))
+        os.environ.setdefault("PYSPARK_SUBMIT_ARGS", local_submit_args(rows_in_jvm, merged))
     for key, value in merged.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 
 
-def local_submit_args(rows_in_jvm: bool = True, user_java_options: str = "") -> str:
+def local_submit_args(rows_in_jvm: bool = True, settings: Mapping[str, str] | None = None) -> str:
     """``PYSPARK_SUBMIT_ARGS`` for a member's driver started from this process
-    (:func:`get_or_create_spark`'s ``rows_in_jvm``). ``user_java_options``: the pipeline's
-    ``spark.driver.extraJavaOptions``, placed last so that its flags win; spark-submit drops that
-    setting when ``--driver-java-options`` is given, so it goes there."""
-    return submit_args(" ".join(o for o in ("" if rows_in_jvm else COORDINATOR_JAVA_OPTIONS, user_java_options) if o))
+    (:func:`get_or_create_spark`'s ``rows_in_jvm``) with the session ``settings``: their
+    ``spark.driver.extraJavaOptions`` goes last so that its flags win (spark-submit drops that
+    setting when ``--driver-java-options`` is given, so it goes there)."""
+    user_options = (settings or {}).get(DRIVER_JAVA_OPTIONS_SETTING, "")
+    return submit_args(" ".join(o for o in ("" if rows_in_jvm else COORDINATOR_JAVA_OPTIONS, user_options) if o))
 
 
 def submit_args(extra_java_options: str = "") -> str:

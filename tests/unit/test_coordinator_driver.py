@@ -48,7 +48,8 @@ def test_run_asks_for_the_driver_its_batches_need(tmp_path, monkeypatch, reader,
 def test_the_pipeline_s_driver_java_options_come_last_and_survive_quoting():
     import shlex
 
-    args = shlex.split(local_submit_args(rows_in_jvm=False, user_java_options='-Dscg.probe="a b" -XX:TieredStopAtLevel=4'))
+    settings = {"spark.master": "local[1]", "spark.driver.extraJavaOptions": '-Dscg.probe="a b" -XX:TieredStopAtLevel=4'}
+    args = shlex.split(local_submit_args(rows_in_jvm=False, settings=settings))
     assert args[0] == "--driver-java-options" and args[-1] == "pyspark-shell"
     options = args[1]
     assert options.endswith('-Dscg.probe="a b" -XX:TieredStopAtLevel=4')  # the user's flags win over C1
