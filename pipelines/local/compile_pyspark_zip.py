@@ -7,7 +7,11 @@ archive with sources only, and Python never writes bytecode caches into a zip, s
 compiles the pyspark modules it imports from source before it does anything (what that costs:
 docs/performance.md). This module adds, next to every ``.py`` entry, its ``.pyc`` compiled by
 this interpreter as an *unchecked hash-based* pyc (PEP 552): zipimport loads it without comparing
-timestamps, so it does not depend on the zip's time zone. The sources stay in the archive unchanged (tracebacks show
+timestamps, so it does not depend on the zip's time zone. Modules of a ``tests`` package (seven
+in ten of pyspark's) stay source only: nothing but Spark's own test suite imports them, and every
+entry lengthens the archive's directory, which each of these processes reads again (in pure
+Python, once per package it imported from the archive) when PySpark adds its files to the path
+and invalidates the import caches. The sources stay in the archive unchanged (tracebacks show
 their lines). A process of another Python version sees a foreign magic number and compiles the
 source as before: the archive never reads differently, only faster.
 
@@ -29,6 +33,7 @@ from importlib import _bootstrap_external
 from pathlib import Path
 
 PROBE_ENTRY = "pyspark/__init__"  # its .pyc tells whether the archive holds this interpreter's bytecode
+TEST_PACKAGE = "tests"            # a package of this name holds test modules: left as source
 
 
 def shipped_archives() -> list[Path]:
@@ -40,22 +45,30 @@ def shipped_archives() -> list[Path]:
 
 
 def holds_bytecode(archive: Path) -> bool:
-    """Whether ``archive`` has bytecode of this interpreter for its first module (or for
-    ``pyspark/__init__``, when it has that)."""
+    """Whether ``archive`` is compiled as :func:`compiled_copy` compiles: bytecode of this
+    interpreter for its first module (or for ``pyspark/__init__``, when it has that), none for a
+    test module."""
     with zipfile.ZipFile(archive) as zf:
         names = set(zf.namelist())
         sources = sorted(n[:-3] for n in names if n.endswith(".py"))
         probe = PROBE_ENTRY if PROBE_ENTRY + ".py" in names else (sources[0] if sources else None)
         if probe is None or probe + ".pyc" not in names:
             return probe is None
+        if any(n.endswith(".pyc") and is_test_module(n) for n in names):
+            return False
         return zf.read(probe + ".pyc")[:4] == importlib.util.MAGIC_NUMBER
+
+
+def is_test_module(entry: str) -> bool:
+    """Whether the archive entry ``entry`` lies in a package named :data:`TEST_PACKAGE`."""
+    return TEST_PACKAGE in entry.split("/")[:-1]
 
 
 def compiled_copy(source: Path, target: Path, origin: Path | None = None) -> int:
     """Write ``source``'s entries to ``target`` with an unchecked hash-based ``.pyc`` beside each
-    ``.py`` (replacing any ``.pyc`` it had); the number of modules compiled. The code's file names
-    are under ``origin`` (default ``source``), as zipimport names what it compiles itself. A module
-    that does not compile is left as source only."""
+    ``.py`` but a test module's (replacing any ``.pyc`` it had); the number of modules compiled.
+    The code's file names are under ``origin`` (default ``source``), as zipimport names what it
+    compiles itself. A module that does not compile is left as source only."""
     prefix = os.path.abspath(origin or source)
     compiled = 0
     with zipfile.ZipFile(source) as zin, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zout:
@@ -64,7 +77,7 @@ def compiled_copy(source: Path, target: Path, origin: Path | None = None) -> int
                 continue
             data = zin.read(info)
             zout.writestr(info, data)
-            if not info.filename.endswith(".py"):
+            if not info.filename.endswith(".py") or is_test_module(info.filename):
                 continue
             try:
                 code = compile(data, f"{prefix}/{info.filename}", "exec", dont_inherit=True)

@@ -13,10 +13,10 @@ SOURCES = {
 }
 
 
-def archive(tmp_path, name="lib.zip"):
+def archive(tmp_path, name="lib.zip", sources=SOURCES):
     path = tmp_path / name
     with zipfile.ZipFile(path, "w") as zf:
-        for entry, text in SOURCES.items():
+        for entry, text in sources.items():
             zf.writestr(zipfile.ZipInfo(entry, (2020, 1, 1, 0, 0, 0)), text)
     return path
 
@@ -52,6 +52,25 @@ def test_zipimport_loads_the_bytecode_and_tracebacks_show_the_source(tmp_path):
     assert ran.stdout.strip() == f"{path}/pkg/mod.pyc"
     assert f'File "{path}/pkg/mod.py", line 2, in fail' in ran.stderr
     assert "raise ValueError('from the archive')" in ran.stderr
+
+
+def test_test_modules_stay_source_only_and_an_archive_with_their_bytecode_is_compiled_again(tmp_path):
+    with_tests = {**SOURCES, "pkg/tests/__init__.py": "", "pkg/tests/test_mod.py": "X = 2\n",
+                  "pkg/tests_util.py": "Y = 3\n"}
+    path = archive(tmp_path, sources=with_tests)
+    assert compile_in_place(path) == 3
+    assert sorted(n for n in entries(path) if n.endswith(".pyc")) == [
+        "pkg/__init__.pyc", "pkg/mod.pyc", "pkg/tests_util.pyc"]
+    assert run_from(path, "import pkg.tests.test_mod as m; print(m.X, m.__file__)").stdout.split() == [
+        "2", f"{path}/pkg/tests/test_mod.py"]
+    older = tmp_path / "older.zip"  # compiled before test modules were left out
+    with zipfile.ZipFile(path) as zin, zipfile.ZipFile(older, "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info, zin.read(info))
+        zout.writestr("pkg/tests/test_mod.pyc", entries(path)["pkg/mod.pyc"])
+    assert not holds_bytecode(older)
+    assert compile_in_place(older) == 3
+    assert entries(older).keys() == entries(path).keys()
 
 
 def test_bytecode_of_another_interpreter_is_replaced(tmp_path):
