@@ -52,10 +52,10 @@ FETCH_ROWS = 10_000          # records per consume() call and at most per Arrow 
 STALL_TIMEOUT_S = 120.0      # Spark's kafkaConsumer.pollTimeoutMs
 REPLACE_AFTER_S = 10.0       # a consumer silent this long is replaced (a healthy one answers in ms)
 FETCH_DEFAULTS = {           # the pipeline's client settings may change these
-    # librdkafka pauses fetching for this long whenever its local queue was full (default 1 s): a
-    # reader that drains the queue as fast as it fills waited half its time (measured: 1M records
-    # in 8.2-9.5 s wall, 3.4-4.1 s CPU; without the pause 4.6-5.0 s for 4.3-4.9 s CPU)
-    "fetch.queue.backoff.ms": 0,
+    # how long librdkafka waits before it looks again at a partition whose local queue was full.
+    # Its default (1 s) idles a reader that drains the queue as fast as it fills; at 0 its broker
+    # thread spins while the task decodes and writes, burning as much CPU as the task itself
+    "fetch.queue.backoff.ms": 5,
     "max.partition.fetch.bytes": 16 * 1024 * 1024,
     "queued.max.messages.kbytes": 256 * 1024,
     # prefetch about one Arrow batch ahead (default 100,000 records): what is fetched past a

@@ -366,3 +366,9 @@ def test_a_record_before_the_position_or_of_another_partition_fails_the_read():
         read([[Msg(5), Msg(6), Msg(4)]], OffsetRange("t", 0, 5, 8))
     with pytest.raises(RuntimeError, match="t-1@7 arrived while reading t-0 at 5"):
         read([[Msg(7, partition=1)]], OffsetRange("t", 0, 5, 8))
+
+
+def test_a_full_fetch_queue_is_looked_at_again_soon_but_not_in_a_spin():
+    # 0 makes librdkafka's broker thread spin while the task decodes (as much CPU as the task);
+    # its 1 s default idles a reader that drains the queue as fast as it fills
+    assert 1 <= FETCH_DEFAULTS["fetch.queue.backoff.ms"] <= 50
