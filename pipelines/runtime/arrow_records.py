@@ -8,9 +8,10 @@ columns), applied to whole Arrow blocks of records (:meth:`BlockDecoder.split`):
   one call; a block it refuses (invalid JSON or UTF-8, a wrong type), or whose rows are not
   exactly one per value, is split in halves until each refusal is one value, which
   :func:`decode_value` decides alone. A few bad records in a block of thousands cost a few
-  parses of shrinking halves, never a record-by-record pass over the block. Values holding
-  ``NaN`` or ``Infinity`` (which that parser reads bare) or more than :data:`MAX_NESTING`
-  opening brackets are decided alone whatever it says;
+  parses of shrinking halves, never a record-by-record pass over the block. Values holding a
+  bare constant where a value goes (``NaN``, ``Inf``, ``Infinity``, with or without a minus: that
+  parser reads them, strict JSON does not) or more than :data:`MAX_NESTING` opening brackets
+  are decided alone whatever it says;
 * :func:`decode_value` is the reference for one value: strict JSON (RFC 8259: one value, nothing
   after it but whitespace, no single quotes, no BOM, no bare ``NaN`` or ``Infinity``) of one
   object in valid UTF-8, nested at most :data:`MAX_NESTING` levels; fields by exact name, the
@@ -24,7 +25,6 @@ a schema with any other type (timestamp, date, decimal, binary) keeps the Spark 
 """
 from __future__ import annotations
 
-import bisect
 import contextlib
 import functools
 import json
@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -53,9 +54,13 @@ BLOCK_TYPES = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "
                "float": pa.float32(), "boolean": pa.bool_()}
 _INT_BOUNDS = {"int": (-2 ** 31, 2 ** 31 - 1), "bigint": (-2 ** 63, 2 ** 63 - 1)}
 _OBJECT_START = r"^[ \t\r\n]*\{"
-# values holding these are decided alone: the block parser reads bare NaN and Infinity, which
-# strict JSON does not have
-_CONSTANTS = ("NaN", "Infinity")
+# the block parser (RapidJSON with its NaN-and-infinity flag) reads a bare NaN, Inf or Infinity,
+# each after an optional minus, where a value goes: after ':', '[' or ',' and JSON whitespace.
+# Values holding one are decided alone (strict JSON has none of them)
+_CONSTANT_STARTS = (b"NaN", b"Inf")  # Infinity starts with Inf
+_BEFORE_A_VALUE = frozenset(b":[,")
+_JSON_SPACE = frozenset(b" \t\r\n")
+_SCAN_BYTES = 1 << 18  # the constants are searched for in slices of this size (the scan stays in cache)
 _DDL_FIELD = re.compile(r"\s*(`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*)\s+([A-Za-z]+)\s*")
 
 
@@ -429,7 +434,8 @@ class _Decoding:
         for index in pc.indices_nonzero(pc.and_not(candidates, objects)).to_pylist():
             self._one(index)
         in_block = pc.indices_nonzero(objects)
-        self.flagged = _decided_alone(values).intersection(in_block.to_pylist()) if len(in_block) else set()
+        alone = _decided_alone(values)
+        self.flagged = alone.intersection(in_block.to_pylist()) if alone and len(in_block) else set()
         for index in sorted(self.flagged):
             self._one(index)
         self._parse(in_block)
@@ -527,24 +533,45 @@ def _decided_alone(values: pa.Array) -> set[int]:
 
 
 def _holding_constants(values: pa.Array) -> list[int]:
-    """The indices of the values whose bytes hold one of :data:`_CONSTANTS`: one search of the
-    block's data buffer, then each hit mapped to its value."""
+    """The indices of the values holding a bare constant where a value goes
+    (:data:`_CONSTANT_STARTS`): the block's data buffer searched at once, each hit checked for
+    what precedes it and mapped to its value. A constant inside a string may be called a hit too
+    (its value is then decided alone, still by the same rule); one where a value goes is never
+    missed."""
     data = values.buffers()[2]
     if data is None or len(values) == 0:
         return []
-    raw = data.to_pybytes()
-    hits = []
-    for text in _CONSTANTS:
-        needle, at = text.encode(), raw.find(text.encode())
-        while at >= 0:
-            hits.append(at)
-            at = raw.find(needle, at + 1)
+    raw = np.frombuffer(data, np.uint8)
+    hits = [at for at in _constant_starts(raw).tolist() if _where_a_value_goes(raw, at)]
     if not hits:
         return []
-    offsets = pa.Array.from_buffers(pa.int32(), len(values) + 1, [None, values.buffers()[1]],
-                                    offset=values.offset).to_pylist()
-    found = {bisect.bisect_right(offsets, at) - 1 for at in hits}
-    return sorted(i for i in found if 0 <= i < len(values))
+    offsets = np.frombuffer(values.buffers()[1], np.int32, len(values) + 1, values.offset * 4)
+    found = np.unique(np.searchsorted(offsets, hits, side="right") - 1)
+    return [int(i) for i in found if 0 <= i < len(values)]
+
+
+def _constant_starts(raw: np.ndarray) -> np.ndarray:
+    """The offsets in ``raw`` (bytes) where one of :data:`_CONSTANT_STARTS` begins."""
+    found = []
+    for start in range(0, max(len(raw) - 2, 0), _SCAN_BYTES):
+        part = raw[start:start + _SCAN_BYTES + 2]
+        first, second, third = part[:-2], part[1:-1], part[2:]
+        at = np.flatnonzero(functools.reduce(np.logical_or, (
+            (first == word[0]) & (second == word[1]) & (third == word[2]) for word in _CONSTANT_STARTS)))
+        if len(at):
+            found.append(at + start)
+    return np.concatenate(found) if found else np.empty(0, np.int64)
+
+
+def _where_a_value_goes(raw: np.ndarray, at: int) -> bool:
+    """Whether a constant beginning at ``raw[at]`` stands where the block parser reads a value:
+    after an optional minus, JSON whitespace and ':', '[' or ',' (or nothing: a conservative yes)."""
+    at -= 1
+    if at >= 0 and raw[at] == 0x2D:  # '-'
+        at -= 1
+    while at >= 0 and int(raw[at]) in _JSON_SPACE:
+        at -= 1
+    return at < 0 or int(raw[at]) in _BEFORE_A_VALUE
 
 
 def _parse_json_lines(buffer: pa.Buffer, schema: pa.Schema) -> pa.Table:

@@ -43,7 +43,7 @@ def _mutated(draw) -> bytes:
         return value[:at] + value[at + 1:]
     if change == "cut":
         return value[:at]
-    extra = draw(st.sampled_from([b" x", b"{}", b"],[{}", b"\n", b" \t\r\n", b"\xef\xbb\xbf", b"\xff", b"NaN", b","]))
+    extra = draw(st.sampled_from([b" x", b"{}", b"],[{}", b"\n", b" \t\r\n", b"\xef\xbb\xbf", b"\xff", b"NaN", b"-Inf", b","]))
     return value + extra if change == "append" else extra + value
 
 
@@ -51,7 +51,7 @@ def record_values(limit: int) -> st.SearchStrategy[bytes | None]:
     """Values (None: a tombstone), some of them one byte past ``limit``."""
     return st.one_of(st.none(), st.binary(max_size=40), _object_text(), _mutated(),
                      st.sampled_from([b"", b" ", b"null", b"[]", b"{}", b'{"d":NaN}', b'{"d":Infinity}',
-                                      b'{"s":"' + b"y" * (limit - 7) + b'"}']))
+                                      b'{"d":-Inf}', b'{"i":1,"x": Inf}', b'{"s":"' + b"y" * (limit - 7) + b'"}']))
 
 
 record_keys = st.one_of(st.none(), st.binary(max_size=6))

@@ -40,6 +40,7 @@ def _block(values, keys=None, headers=None) -> pa.RecordBatch:
     (b'{"l":9223372036854775808}', SCHEMA_MISMATCH), (b'{"b":"true"}', SCHEMA_MISMATCH), (b'{"b":1}', SCHEMA_MISMATCH),
     (b'{"d":"NaN"}', SCHEMA_MISMATCH), (b'{"d":true}', SCHEMA_MISMATCH),
     (b'{"d":NaN}', MALFORMED_JSON), (b'{"d":-Infinity}', MALFORMED_JSON), (b"{'i':1}", MALFORMED_JSON),
+    (b'{"d":Inf}', MALFORMED_JSON), (b'{"d":-Inf}', MALFORMED_JSON), (b'{"i":1,"x":[-NaN]}', MALFORMED_JSON),
     (b'{"i":1} xyz', TRAILING_DATA), (b'{"i":1}{"i":2}', TRAILING_DATA), (b'[{"i":1}]', MALFORMED_JSON),
     (b'{"i":"x"} xyz', TRAILING_DATA), (b' {"i":1}],[{"i":2}', TRAILING_DATA), (b'[1] x', MALFORMED_JSON),
     (b'{"i":1} \x00', TRAILING_DATA), (b'{"i":1} \n\t\r ', None),
@@ -166,6 +167,30 @@ def test_what_the_block_parser_never_sees_and_never_decides():
     assert split.output.column("s").to_pylist() == ["Infinity", None]
     assert dict(zip(split.dead_letters.column("offset").to_pylist(), split.dead_letters.column("reason").to_pylist())) == {
         0: MALFORMED_JSON, 1: MALFORMED_JSON, 3: MALFORMED_JSON, 4: MALFORMED_JSON}
+
+
+def test_a_bare_constant_wherever_a_value_goes_is_decided_alone_and_one_inside_a_string_is_not_missed():
+    """The block parser reads NaN, Inf and Infinity (with a minus too) where a value goes, also in
+    fields the schema leaves out; strict JSON reads none of them."""
+    bare = [b'{"d":Inf}', b'{"i":1, "x": \t-NaN}', b'{"i":2,"x":{"y":[1,\r\nInfinity]}}', b'{"d":-Inf}']
+    in_strings = [b'{"s":"Information"}', b'{"s":"NaNa"}', b'{"s":"x: NaN"}', b'{"s":"[Inf"}']
+    values = bare + in_strings + [b'{"i":3}']
+    parse = CountingParse()
+    split = BlockDecoder(RecordFormat("json", SCHEMA, 10_000), parse=parse).split(_block(values))
+    assert split.dead_letters.column("offset").to_pylist() == [0, 1, 2, 3]
+    assert set(split.dead_letters.column("reason").to_pylist()) == {MALFORMED_JSON}
+    assert split.output.column("s").to_pylist() == ["Information", "NaNa", "x: NaN", "[Inf", None]
+    # a constant after text that cannot precede a value never costs a value its block
+    assert {b'{"s":"Information"}', b'{"s":"NaNa"}'} <= set(parse.lines)
+
+
+def test_bare_constants_are_found_across_scan_slices_and_in_a_sliced_array(monkeypatch):
+    monkeypatch.setattr(ar, "_SCAN_BYTES", 8)
+    values = pa.array([b'{"a":1}', b'{"s":"NaN"}', b'{"long":' + b" " * 20 + b"NaN}", b'{"b":[Inf]}', b"{}"], pa.binary())
+    assert ar._holding_constants(values) == [2, 3]
+    assert ar._holding_constants(values.slice(2)) == [0, 1]
+    assert ar._holding_constants(values.slice(3, 2)) == [0]
+    assert ar._holding_constants(values.slice(4)) == []
 
 
 def test_line_breaks_inside_values_are_read_as_json_reads_them():
