@@ -191,6 +191,7 @@ def test_bare_constants_are_found_across_scan_slices_and_in_a_sliced_array(monke
     assert ar._holding_constants(values.slice(2)) == [0, 1]
     assert ar._holding_constants(values.slice(3, 2)) == [0]
     assert ar._holding_constants(values.slice(4)) == []
+    assert ar._holding_constants(pa.array([b"-Inf", b"{}"], pa.binary())) == [0]  # nothing before it
 
 
 def test_line_breaks_inside_values_are_read_as_json_reads_them():
