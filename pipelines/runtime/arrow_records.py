@@ -461,8 +461,8 @@ class _Decoding:
         try:
             pc.cast(taken, pa.string())  # invalid UTF-8 anywhere in a value: decided alone
             lines = pc.binary_join_element_wise(taken, pa.scalar(b"\n"), pa.scalar(b""))
-            offsets = pa.Array.from_buffers(pa.int32(), len(lines) + 1, [None, lines.buffers()[1]], offset=lines.offset)
-            start, end = offsets[0].as_py(), offsets[len(lines)].as_py()
+            offsets = _value_offsets(lines)
+            start, end = int(offsets[0]), int(offsets[-1])
             table = self.decoder._parse(lines.buffers()[2].slice(start, end - start), self.decoder.schema)
         except Exception:  # noqa: BLE001 - a refused block is split; one value is decided alone
             return None
@@ -545,9 +545,14 @@ def _holding_constants(values: pa.Array) -> list[int]:
     hits = [at for at in _constant_starts(raw).tolist() if _where_a_value_goes(raw, at)]
     if not hits:
         return []
-    offsets = np.frombuffer(values.buffers()[1], np.int32, len(values) + 1, values.offset * 4)
-    found = np.unique(np.searchsorted(offsets, hits, side="right") - 1)
+    found = np.unique(np.searchsorted(_value_offsets(values), hits, side="right") - 1)
     return [int(i) for i in found if 0 <= i < len(values)]
+
+
+def _value_offsets(values: pa.Array) -> np.ndarray:
+    """Where each of ``values`` (binary or string, 32-bit offsets) begins in its data buffer, and
+    where the last one ends: ``len(values) + 1`` offsets, read in place."""
+    return np.frombuffer(values.buffers()[1], np.int32, len(values) + 1, values.offset * 4)
 
 
 def _constant_starts(raw: np.ndarray) -> np.ndarray:
