@@ -42,7 +42,6 @@ from groupmgr.core import OffsetRange, TopicPartition
 from pipelines.runtime.assigned_offsets import (INITIAL, Assignment, RateLimits, SourceOffset, batch_ranges,
                                                 delay_batch, plan_next, task_groups)
 from pipelines.runtime.kafka_range_reader import KafkaDataLoss, LogEndsUnavailable, read_range
-from pipelines.runtime.records import kafka_row_ddl
 from pipelines.runtime.task_gc import task_gc
 
 SOURCE_NAME = "scg-kafka"
@@ -187,6 +186,11 @@ class AssignedKafkaSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
+        """The rows of Spark's Kafka source. Asked where the query is defined, not by the
+        planner process Spark starts at each query start, which therefore never imports the
+        record module (its Spark SQL columns and decoders)."""
+        from pipelines.runtime.records import kafka_row_ddl
+
         return kafka_row_ddl(_headers(self.options))
 
     def streamReader(self, schema) -> AssignedKafkaReader:
