@@ -49,7 +49,7 @@ from pipelines.runtime.pipeline_tables import batches_take_arrow_path, open_tabl
 from pipelines.runtime.progress import ProgressPrinter
 from pipelines.runtime.query_supervisor import QueryState, QuerySupervisor
 from pipelines.runtime.reader_modes import QueryContext, ReaderMode, reader_mode
-from pipelines.runtime.spark_session import prepare_session, use_local_checkpoint_manager
+from pipelines.runtime.spark_session import configure_session, executor_python_checked, use_local_checkpoint_manager
 from pipelines.runtime.streaming_query import failure_text
 from pipelines.runtime.warm_up import WarmUpContext
 
@@ -102,11 +102,20 @@ class PipelineRunner:
     def open(cls, config: PipelineSpec, spark, member_factory: MemberFactory | None = None,
              out: Callable[[str], None] = print, hooks: BatchHooks = NO_HOOKS,
              clock: Callable[[], float] = time.monotonic) -> PipelineRunner:
-        """The runner of ``config`` on ``spark``: prepares the session, opens both tables (their
-        storage answers now, or a named error before joining the group) and the brokers' probe."""
+        """The runner of ``config`` on ``spark``: configures the session, then, while the
+        executors' Python is checked (:func:`~pipelines.runtime.spark_session.executor_python_checked`:
+        a failed check ends the start here, before the member exists), opens every table (their
+        storage answers now, or a named error before joining the group), the brokers' probe and
+        the member."""
         fs, progress = HadoopFileSystem(spark), ProgressPrinter(out)
-        for note in prepare_session(spark, config.storage.hadoop_settings(), batches_take_arrow_path(config)):
+        for note in configure_session(spark, config.storage.hadoop_settings()):
             progress.note(note)
+        with executor_python_checked(spark, batches_take_arrow_path(config)):
+            return cls._opened(config, spark, fs, progress, member_factory, hooks, clock)
+
+    @classmethod
+    def _opened(cls, config: PipelineSpec, spark, fs: HadoopFileSystem, progress: ProgressPrinter,
+                member_factory: MemberFactory | None, hooks: BatchHooks, clock: Callable[[], float]) -> PipelineRunner:
         use_local_checkpoint_manager(spark, config.checkpoint_root, fs.qualify)
         tables = open_tables(config, spark)
         for table in (tables.table, *tables.routed, tables.dead_table):

@@ -6,10 +6,13 @@ session is created with the jars bin/bootstrap resolved, so no network is needed
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 
 from groupmgr.core import ExitCategory, ScgError
 from pipelines.runtime.install_paths import conf_dir, jar_files
@@ -132,17 +135,25 @@ def _running_under_spark_submit() -> bool:
 
 
 def prepare_session(spark, hadoop_settings: Mapping[str, str] | None = None, arrow_path: bool = True) -> list[str]:
-    """Make any session fit to run a member, however it was created (here or by spark-submit).
+    """Make any session fit to run a member, however it was created (here or by spark-submit):
+    :func:`configure_session`, then the check of the executors' Python
+    (:func:`executor_python_checked`), raising :class:`SparkSessionNotReady` naming what is
+    missing. Returns :func:`configure_session`'s notes."""
+    notes = configure_session(spark, hadoop_settings)
+    with executor_python_checked(spark, arrow_path):
+        pass
+    return notes
 
-    Applies :data:`RUNTIME_SETTINGS` (runtime SQL settings, so they take effect on an existing
-    session), adds :data:`OPTION_REDACTION` to the session's option redaction pattern, and checks that Spark's Kafka source is on the classpath, raising
-    :class:`SparkSessionNotReady` naming what is missing. Returns notes for the progress lines:
-    each setting that had another value and was changed, and Delta's SQL extension when absent
-    (the member writes through deltalake and does not need it; reading the table with Spark SQL
-    does). ``hadoop_settings`` (the storage section's) go into the session's Hadoop configuration,
-    which Spark's checkpoint and file access use on the driver and ship to tasks. ``arrow_path``:
-    whether the member's batches run the Arrow path's jobs (which workers the check of the
-    executors' Python warms, :func:`_check_executor_python`)."""
+
+def configure_session(spark, hadoop_settings: Mapping[str, str] | None = None) -> list[str]:
+    """Applies :data:`RUNTIME_SETTINGS` (runtime SQL settings, so they take effect on an existing
+    session), adds :data:`OPTION_REDACTION` to the session's option redaction pattern, and checks
+    that Spark's Kafka source is on the classpath, raising :class:`SparkSessionNotReady` naming
+    what is missing. Returns notes for the progress lines: each setting that had another value and
+    was changed, and Delta's SQL extension when absent (the member writes through deltalake and
+    does not need it; reading the table with Spark SQL does). ``hadoop_settings`` (the storage
+    section's) go into the session's Hadoop configuration, which Spark's checkpoint and file
+    access use on the driver and ship to tasks."""
     notes = []
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     for key, value in (hadoop_settings or {}).items():
@@ -160,7 +171,6 @@ def prepare_session(spark, hadoop_settings: Mapping[str, str] | None = None, arr
         raise SparkSessionNotReady(
             f"Spark's Kafka source ({KAFKA_SOURCE_CLASS}) is not on the classpath; add "
             "spark-sql-kafka-0-10 with --packages or --jars (see README, Running with spark-submit)")
-    _check_executor_python(spark, arrow_path)
     extensions = spark.conf.get("spark.sql.extensions", "") or ""
     if "DeltaSparkSessionExtension" not in extensions:
         notes.append("spark.sql.extensions has no io.delta.sql.DeltaSparkSessionExtension: the member "
@@ -251,6 +261,25 @@ EXECUTOR_MODULES = ("pyarrow", "deltalake", "pandas")
 # imported ahead of the first batch where they can be (the Spark's-Kafka-source path needs no
 # confluent_kafka on the executors)
 BATCH_PATH_MODULES = ("confluent_kafka", "pyarrow.json", "pyarrow.parquet", "pipelines.runtime.arrow_batches")
+
+
+@contextlib.contextmanager
+def executor_python_checked(spark, arrow_path: bool = True) -> Iterator[None]:
+    """Check the executors' Python (:func:`_check_executor_python`) in a thread of its own while
+    the block runs: the check's tasks start Python workers on the executors, the block goes on
+    on the driver. Leaving waits for the check. A block that ended normally then raises the
+    check's :class:`SparkSessionNotReady`, if any; an exception of the block goes on unchanged.
+    ``arrow_path``: whether the member's batches run the Arrow path's jobs (which workers the
+    check warms)."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="scg-executor-python-check")
+    check = pool.submit(_check_executor_python, spark, arrow_path)
+    pool.shutdown(wait=False)
+    try:
+        yield
+    except BaseException:
+        futures_wait([check])
+        raise
+    check.result()
 
 
 def _check_executor_python(spark, arrow_path: bool = True) -> None:

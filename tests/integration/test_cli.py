@@ -5,6 +5,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -105,3 +106,18 @@ def test_run_available_now_then_describe_shows_no_lag(bootstrap, tmp_path, uniqu
     assert all(r["lag"] == 0 and r["committed"] == r["delta_version"] == r["log_end"] for r in rows)
     table = scg("describe", "--pipeline", path)
     assert "DELTA-VERSION" in table.stdout
+
+
+def test_run_with_executors_lacking_the_packages_exits_3_before_joining(bootstrap, tmp_path, unique_name):
+    """The executors' Python is checked while the member opens its tables: a Python without this
+    project's packages still ends the start, named, before the member joins its group."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    create_topic(bootstrap, unique_name, 2)
+    path = write_pipeline(tmp_path / "p.yaml", bootstrap, unique_name, unique_name, tmp_path)
+    run = subprocess.run([SCG, "run", str(path)], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYSPARK_PYTHON": str(bare / "bin" / "python")})
+    output = run.stdout + run.stderr
+    assert run.returncode == 3, output[-3000:]
+    assert "the executors' Python lacks pyarrow" in output and "PYSPARK_PYTHON" in output, output[-3000:]
+    assert "joining consumer group" not in output
