@@ -44,6 +44,7 @@ KEY_BYTES = "key_bytes"
 ADDED_COLUMNS = (KEY_BYTES, HEADERS)  # nullable columns added to a table written without them
 UPGRADE_ATTEMPTS = 5
 SQL_CONTEXT_LOGGER = "SQLQueryContextLogger"   # pyspark.errors.exceptions.captured's logger
+LARGE_VAR_TYPES_SETTING = "spark.sql.execution.arrow.useLargeVarTypes"  # what toArrow reads for string/binary types
 
 
 class TransformShapeError(ScgError, ValueError):
@@ -356,8 +357,13 @@ def add_new_columns(table: TxnDeltaTable) -> list[str]:
 
 
 def arrow_schema(df) -> pa.Schema:
-    """The Arrow schema Spark's ``toArrow`` produces for ``df`` (timestamps in UTC)."""
-    return df.limit(0).toArrow().schema
+    """The Arrow schema Spark's ``toArrow`` produces for ``df`` (timestamps in UTC), converted
+    from ``df``'s Spark schema as ``toArrow`` converts it, without running a job."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    large = df.sparkSession.conf.get(LARGE_VAR_TYPES_SETTING, "false") == "true"
+    return to_arrow_schema(df.schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC",
+                           prefers_large_types=large)
 
 
 def _first_line(error: BaseException) -> str:
