@@ -137,11 +137,10 @@ def _running_under_spark_submit() -> bool:
 def prepare_session(spark, hadoop_settings: Mapping[str, str] | None = None, arrow_path: bool = True) -> list[str]:
     """Make any session fit to run a member, however it was created (here or by spark-submit):
     :func:`configure_session`, then the check of the executors' Python
-    (:func:`executor_python_checked`), raising :class:`SparkSessionNotReady` naming what is
+    (:func:`_check_executor_python`), raising :class:`SparkSessionNotReady` naming what is
     missing. Returns :func:`configure_session`'s notes."""
     notes = configure_session(spark, hadoop_settings)
-    with executor_python_checked(spark, arrow_path):
-        pass
+    _check_executor_python(spark, arrow_path)
     return notes
 
 
